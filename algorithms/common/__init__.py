@@ -1,0 +1,1 @@
+"""Small pieces shared by the algorithms: exploration, networks, targets."""

@@ -1,0 +1,123 @@
+"""Tabular Q-learning for a population of independent agents on a grid world.
+
+Each agent has its own Q-table and its own env; one update moves every agent one step.
+Terminal transitions do not bootstrap; time-limit truncations bootstrap from the final cell.
+"""
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
+from envs.wrappers import EpisodeStatistics
+from framework.algorithm import Algorithm
+from framework.errors import ConfigError, check_number, check_positive_int
+from framework.plots import plot_grid_values
+from framework.registry import register_algorithm
+
+
+@dataclasses.dataclass
+class TabularQConfig:
+    name: str = "tabular_q"
+    num_agents: int = 30  # independent learners, each with its own table and env
+    learning_rate: float = 0.1
+    discount: float = 0.9
+    epsilon: float = 0.1
+    initial_q: float = 0.0
+
+    def validate(self) -> None:
+        check_positive_int("algo.num_agents", self.num_agents)
+        check_number("algo.learning_rate", self.learning_rate, 0, 1, low_inclusive=False)
+        check_number("algo.discount", self.discount, 0, 1)
+        check_number("algo.epsilon", self.epsilon, 0, 1)
+        check_number("algo.initial_q", self.initial_q)
+
+
+@struct.dataclass
+class TabularQState:
+    q_values: jax.Array  # [agents, height, width, actions]
+    obs: jax.Array  # [agents, 2] current cell of each agent
+    env_state: Any
+    key: jax.Array
+
+
+def cell_values(q_values: jax.Array, cells: jax.Array) -> jax.Array:
+    """Q-values of each agent at its cell: [agents, H, W, A] x [agents, 2] -> [agents, A]."""
+    agents = jnp.arange(q_values.shape[0])
+    return q_values[agents, cells[:, 0], cells[:, 1]]
+
+
+def q_learning_targets(reward: jax.Array, terminated: jax.Array, next_values: jax.Array, discount: float) -> jax.Array:
+    """r + discount * max_a Q(s', a), without the bootstrap where the episode truly ended."""
+    return reward + discount * jnp.where(terminated, 0.0, next_values.max(axis=-1))
+
+
+def greedy_path(env: Any, env_params: Any, q_values: np.ndarray) -> list[tuple[int, int]]:
+    """Cells visited by the greedy policy of `q_values` [H, W, A] from the start cell."""
+    _, state = env.reset_env(jax.random.key(0), env_params)
+    state = state.replace(cell=jnp.asarray(env_params.start))
+    cells = [tuple(int(v) for v in state.cell)]
+    for _ in range(env.max_episode_steps(env_params)):
+        action = int(np.argmax(q_values[cells[-1]]))
+        _, state, _, terminated, truncated, _ = env.step_env(jax.random.key(0), state, jnp.int32(action), env_params)
+        cells.append(tuple(int(v) for v in state.cell))
+        if terminated or truncated:
+            break
+    return cells
+
+
+@register_algorithm("tabular_q", config=TabularQConfig)
+def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorithm:
+    if getattr(env, "observation_kind", None) != "cell":
+        raise ConfigError("env", env.name, "a grid env with cell observations (env=gridworld env.observation=cell)",
+                          "algo=tabular_q indexes its table by grid cell")
+    height, width = env.grid_shape
+    num_agents, num_actions = config.num_agents, env.num_actions
+    stats_env = EpisodeStatistics(env)
+    step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
+
+    def init(key: jax.Array) -> TabularQState:
+        key, reset_key = jax.random.split(key)
+        obs, env_state = jax.vmap(stats_env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_agents), env_params)
+        q_values = jnp.full((num_agents, height, width, num_actions), config.initial_q, jnp.float32)
+        return TabularQState(q_values, obs, env_state, key)
+
+    def update(state: TabularQState) -> tuple[TabularQState, dict]:
+        key, action_key, env_key = jax.random.split(state.key, 3)
+        # one uniform per agent decides exploration, the random action and greedy ties
+        uniforms = jax.random.uniform(action_key, (num_agents,))
+        actions = epsilon_greedy(cell_values(state.q_values, state.obs), config.epsilon, uniforms)
+        obs, env_state, reward, terminated, _, info = step_envs(
+            jax.random.split(env_key, num_agents), state.env_state, actions, env_params)
+        next_values = cell_values(state.q_values, info["final_observation"])
+        targets = q_learning_targets(reward, terminated, next_values, config.discount)
+        agents = jnp.arange(num_agents)
+        index = (agents, state.obs[:, 0], state.obs[:, 1], actions)
+        td_errors = targets - state.q_values[index]
+        q_values = state.q_values.at[index].add(config.learning_rate * td_errors)
+        metrics = {
+            "train/episode_return": info["returned_episode_return"].mean(),
+            "train/episode_length": info["returned_episode_length"].mean(),
+            "train/abs_td_error": jnp.abs(td_errors).mean(),
+        }
+        return TabularQState(q_values, obs, env_state, key), metrics
+
+    def act(state: TabularQState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        # evaluation episode e follows agent e mod num_agents, so every agent is scored
+        agents = jnp.arange(obs.shape[0]) % num_agents
+        values = state.q_values[agents, obs[:, 0], obs[:, 1]]
+        return greedy_with_random_ties(values, jax.random.uniform(key, (obs.shape[0],)))
+
+    def save_artifacts(states: TabularQState, run_dir: Path) -> None:
+        q_table = np.asarray(states.q_values)  # [seeds, agents, H, W, A]
+        np.save(run_dir / "q_table.npy", q_table)
+        mean_q = q_table[0].mean(axis=0)
+        plot_grid_values(mean_q.max(axis=-1), run_dir / "q_values.png", np.asarray(env.walls),
+                         greedy_path(env, env_params, mean_q), np.asarray(env_params.start),
+                         np.asarray(env_params.goal), "max Q per cell (seed 0, mean over agents), greedy path")
+
+    return Algorithm(init, update, act, env_steps_per_update=num_agents, save_artifacts=save_artifacts)

@@ -1,0 +1,11 @@
+"""Built-in environments; importing this package registers them."""
+from typing import Any
+
+from envs import cartpole, gridworld  # noqa: F401  (registration)
+from framework import registry
+
+
+def make(name: str, **overrides: Any) -> tuple[Any, Any]:
+    """(env, env_params) of a registered environment, config `overrides` validated."""
+    config = registry.build_config("env", name, overrides)
+    return registry.lookup("env", name).factory(config)

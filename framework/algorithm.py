@@ -1,0 +1,20 @@
+"""The algorithm contract: pure functions of one seed's state, closed over config and env."""
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+
+Metrics = dict[str, jax.Array]
+
+
+class Algorithm(NamedTuple):
+    # key -> the training state of one seed; the trainer vmaps it over seeds.
+    init: Callable[[jax.Array], Any]
+    # One training iteration (act, step the envs, learn); jittable, no host work.
+    update: Callable[[Any], tuple[Any, Metrics]]
+    # Greedy actions for a batch of evaluation episodes: (state, obs[E, ...], key) -> actions[E].
+    act: Callable[[Any, jax.Array, jax.Array], jax.Array]
+    # Env transitions one `update` makes in one seed (all of its envs together).
+    env_steps_per_update: int
+    # Optional host-side outputs from the final states of all seeds, e.g. tables and plots.
+    save_artifacts: Optional[Callable[[Any, Path], None]] = None

@@ -1,0 +1,103 @@
+"""Structured config schema (Hydra ConfigStore) and the value checks run before compiling.
+
+Every registered env and algorithm brings a dataclass schema. It is stored as
+`schema/<group>/<name>` (the built-in YAML files in conf/ extend it) and, when conf/ has no
+YAML of that name (a third-party plugin), as the group option `<group>/<name>` itself.
+"""
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from framework import registry
+from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+WANDB_MODES = ("auto", "offline", "online", "disabled")
+
+
+@dataclasses.dataclass
+class LoggerConfig:
+    """`console` (progress + metrics.jsonl) or `wandb` (the same plus Weights & Biases)."""
+
+    name: str = "console"
+    wandb: bool = False
+    project: str = "lightspeed"
+    entity: Optional[str] = None
+    group: Optional[str] = None  # defaults to the sweep's name under multirun
+    mode: str = "auto"  # auto: online with WANDB_API_KEY, offline without
+
+    def validate(self) -> None:
+        check_choice("logger.mode", self.mode, WANDB_MODES)
+        check(bool(self.project), "logger.project", self.project, "a non-empty W&B project name")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    algo: Any = MISSING
+    env: Any = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    num_seeds: int = 1  # independent runs vmapped in one program
+    total_env_steps: int = 100_000  # per seed, over all of its envs
+    eval_every: int = 10_000
+    eval_episodes: int = 16
+    target_return: Optional[float] = None  # stop once every seed's eval return reaches it
+    log_every: int = 10_000
+    progress: bool = True
+
+    def validate(self) -> None:
+        check_positive_int("seed", self.seed, minimum=0)
+        check_positive_int("num_seeds", self.num_seeds)
+        for key in ("total_env_steps", "eval_every", "eval_episodes", "log_every"):
+            check_positive_int(key, getattr(self, key))
+        if self.target_return is not None:
+            check_number("target_return", self.target_return)
+
+
+def register_schemas() -> None:
+    """Put the top-level, logger, env and algorithm schemas into Hydra's ConfigStore."""
+    registry.load_plugins()
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(group="schema/logger", name="logger", node=LoggerConfig)
+    for group, kind in (("env", "env"), ("algo", "algo")):
+        for name in registry.known(kind):
+            config_class = registry.lookup(kind, name).config_class
+            store.store(group=f"schema/{group}", name=name, node=config_class)
+            if not (CONF_DIR / group / f"{name}.yaml").exists():
+                store.store(group=group, name=name, node=config_class)
+
+
+def _as_object(node: Any) -> Any:
+    return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
+
+
+def validated(cfg: DictConfig) -> TrainConfig:
+    """The composed config as dataclasses, every value checked; raises ConfigError."""
+    train = _as_object(cfg)
+    for group in ("env", "algo"):
+        node = getattr(train, group)
+        name = getattr(node, "name", None)
+        entry = registry.lookup(group, name)
+        check(isinstance(node, entry.config_class), f"{group}.name", name,
+              f"the name of the selected {group} option ({', '.join(registry.known(group))})")
+    train.validate()
+    train.logger.validate()
+    train.env.validate()
+    train.algo.validate()
+    return train
+
+
+def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, int]:
+    """(updates per compiled chunk, number of chunks) so logs and evals land on chunk ends."""
+    chunk_env_steps = math.gcd(train.log_every, train.eval_every)
+    updates_per_chunk = max(1, -(-chunk_env_steps // env_steps_per_update))
+    steps_per_chunk = updates_per_chunk * env_steps_per_update
+    return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))
+
+
+__all__ = ["ConfigError", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]

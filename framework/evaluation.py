@@ -1,0 +1,33 @@
+"""Greedy evaluation: a batch of episodes per seed, stepped without auto-reset."""
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from framework.env import Environment
+
+
+def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes: int) -> Callable:
+    """(state of one seed, key) -> undiscounted return of each of `num_episodes` episodes."""
+    horizon = env.max_episode_steps(env_params)
+    reset = jax.vmap(env.reset_env, in_axes=(0, None))
+    step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
+
+    def evaluate(state: Any, key: jax.Array) -> jax.Array:
+        reset_key, rollout_key = jax.random.split(key)
+        obs, env_state = reset(jax.random.split(reset_key, num_episodes), env_params)
+
+        def one_step(carry, step_key):
+            obs, env_state, returns, running = carry
+            act_key, env_key = jax.random.split(step_key)
+            actions = act(state, obs, act_key)
+            obs, env_state, reward, terminated, truncated, _ = step(
+                jax.random.split(env_key, num_episodes), env_state, actions, env_params)
+            returns = returns + jnp.where(running, reward, 0.0)
+            return (obs, env_state, returns, running & ~(terminated | truncated)), None
+
+        initial = (obs, env_state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
+        (_, _, returns, _), _ = jax.lax.scan(one_step, initial, jax.random.split(rollout_key, horizon))
+        return returns
+
+    return evaluate

@@ -1,0 +1,35 @@
+"""A rich progress bar with env steps, steps/s and the latest evaluation return."""
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class ProgressBar:
+    """Drawn on a terminal only, so logs of batch jobs stay clean."""
+
+    def __init__(self, total_env_steps: int, enabled: bool):
+        console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]env steps"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} steps/s"), TextColumn("eval {task.fields[eval_return]}"),
+            TimeElapsedColumn(), console=console, disable=not (enabled and console.is_terminal),
+        )
+        self.task = self.progress.add_task("train", total=total_env_steps, rate="-", eval_return="-")
+
+    def __enter__(self) -> "ProgressBar":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def update(self, env_steps: int, steps_per_second: float, eval_return: float | None) -> None:
+        fields = {"rate": f"{steps_per_second:,.0f}"}
+        if eval_return is not None:
+            fields["eval_return"] = f"{eval_return:.2f}"
+        self.progress.update(self.task, completed=env_steps, **fields)
+
+
+def print_line(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)

@@ -1,0 +1,178 @@
+"""The training loop: one compiled program per chunk of updates, the host only between chunks.
+
+    run_chunk = jit(shard_map(scan(vmap_over_seeds(algorithm.update), K)))
+"""
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from omegaconf import DictConfig, OmegaConf
+
+from framework import registry
+from framework.algorithm import Algorithm
+from framework.config import TrainConfig, chunk_updates, validated
+from framework.errors import ConfigError
+from framework.evaluation import make_evaluate
+from framework.loggers import make_loggers
+from framework.plots import plot_learning_curve
+from framework.progress import ProgressBar, print_line
+
+DEVICE_AXIS = "device"
+
+
+def seed_mesh(num_seeds: int) -> Mesh:
+    """Seeds are independent, so they split across as many devices as divide them evenly."""
+    devices = jax.devices()
+    return Mesh(np.array(devices[: math.gcd(num_seeds, len(devices))]), (DEVICE_AXIS,))
+
+
+def make_run_chunk(update: Callable, mesh: Mesh, num_updates: int) -> Callable:
+    """jit(shard_map(scan(vmap(update)))): `num_updates` updates of every seed, metrics of the last."""
+    update_all_seeds = jax.vmap(update)
+
+    def run_on_device(state):
+        _, metrics_shape = jax.eval_shape(update_all_seeds, state)
+        # varying over the device axis, like the metrics the updates produce
+        no_metrics = jax.tree.map(
+            lambda s: jax.lax.pcast(jnp.zeros(s.shape, s.dtype), (DEVICE_AXIS,), to="varying"), metrics_shape)
+        step = lambda carry, _: (update_all_seeds(carry[0]), None)
+        (state, metrics), _ = jax.lax.scan(step, (state, no_metrics), length=num_updates)
+        return state, metrics
+
+    seeds = PartitionSpec(DEVICE_AXIS)
+    return jax.jit(jax.shard_map(run_on_device, mesh=mesh, in_specs=seeds, out_specs=seeds), donate_argnums=0)
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail before compiling when the run dir cannot take our outputs."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_probe"
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError("hydra.run.dir", str(run_dir), "a writable directory with free space", error.strerror or str(error))
+
+
+def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
+    """The env and algorithm selected by a validated config (may raise ConfigError)."""
+    env, env_params = registry.lookup("env", train.env.name).factory(train.env)
+    algorithm = registry.lookup("algo", train.algo.name).factory(train.algo, env, env_params)
+    return env, env_params, algorithm
+
+
+class SolveTracker:
+    """Per-seed evaluation history and the first time each seed reached the target."""
+
+    def __init__(self, num_seeds: int, target_return: Optional[float]):
+        self.target = target_return
+        self.env_steps: list[int] = []
+        self.returns: list[np.ndarray] = []
+        self.solved_at_env_steps: list[Optional[int]] = [None] * num_seeds
+        self.solved_at_seconds: list[Optional[float]] = [None] * num_seeds
+
+    def record(self, env_steps: int, returns: np.ndarray, seconds: float) -> None:
+        self.env_steps.append(env_steps)
+        self.returns.append(returns)
+        if self.target is None:
+            return
+        for seed, value in enumerate(returns):
+            if value >= self.target and self.solved_at_env_steps[seed] is None:
+                self.solved_at_env_steps[seed], self.solved_at_seconds[seed] = env_steps, seconds
+
+    @property
+    def all_solved(self) -> bool:
+        return self.target is not None and all(s is not None for s in self.solved_at_env_steps)
+
+
+def _format_line(record: dict) -> str:
+    parts = [f"env_steps={record['env_steps']:,}", f"steps/s={record['env_steps_per_second']:,.0f}"]
+    parts += [f"{k}={v:.4g}" for k, v in record.items() if "/" in k and isinstance(v, float)]
+    return "  ".join(parts)
+
+
+def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
+    """Validate, build, compile and run; write metrics, summary and plots into `run_dir`."""
+    launch_time = time.time() if launch_time is None else launch_time
+    seconds = lambda: time.time() - launch_time
+    train_cfg = validated(cfg)
+    env, env_params, algorithm = build(train_cfg)
+    check_writable(run_dir)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    num_seeds = train_cfg.num_seeds
+    updates_per_chunk, num_chunks = chunk_updates(train_cfg, algorithm.env_steps_per_update)
+    env_steps_per_chunk = updates_per_chunk * algorithm.env_steps_per_update
+    mesh = seed_mesh(num_seeds)
+    init_key, eval_root_key = jax.random.split(jax.random.key(train_cfg.seed))
+    init_all = jax.jit(jax.vmap(algorithm.init), out_shardings=NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)))
+    evaluate = jax.jit(jax.vmap(make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)))
+
+    compile_start = time.time()
+    state = init_all(jax.random.split(init_key, num_seeds))
+    run_chunk = make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(state).compile()
+    evaluate = evaluate.lower(state, jax.random.split(eval_root_key, num_seeds)).compile()
+    compile_seconds = time.time() - compile_start
+
+    def evaluate_returns(state, index: int) -> np.ndarray:
+        keys = jax.random.split(jax.random.fold_in(eval_root_key, index), num_seeds)
+        return np.asarray(jax.device_get(evaluate(state, keys))).mean(axis=1)
+
+    tracker = SolveTracker(num_seeds, train_cfg.target_return)
+    loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group)
+    env_steps, train_seconds, latest_eval = 0, 0.0, None
+    try:
+        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress) as bar:
+            for chunk in range(num_chunks):
+                chunk_start = time.time()
+                state, metrics = run_chunk(state)
+                metrics = jax.device_get(metrics)
+                train_seconds += time.time() - chunk_start
+                previous, env_steps = env_steps, env_steps + env_steps_per_chunk
+                last = chunk == num_chunks - 1
+                crossed = lambda every: env_steps // every > previous // every
+                record = None
+                if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
+                    record = {"env_steps": env_steps, "wall_seconds": seconds(),
+                              "env_steps_per_second": num_seeds * env_steps / train_seconds}
+                    record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+                if crossed(train_cfg.eval_every) or last:
+                    returns = evaluate_returns(state, chunk)
+                    tracker.record(env_steps, returns, seconds())
+                    latest_eval = float(returns.mean())
+                    record.update({"eval/return": latest_eval, "eval/return_per_seed": returns.tolist()})
+                if record is not None:
+                    loggers.log(record)
+                    print_line(_format_line(record))
+                bar.update(env_steps, num_seeds * env_steps / train_seconds, latest_eval)
+                if tracker.all_solved:
+                    break
+    finally:
+        loggers.close()
+
+    summary = {
+        "seeds": [
+            {"seed_index": i, "final_eval_return": float(tracker.returns[-1][i]),
+             "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
+            for i in range(num_seeds)
+        ],
+        "env_steps": env_steps,
+        "env_steps_per_second": num_seeds * env_steps / train_seconds,
+        "env_steps_per_second_per_seed": env_steps / train_seconds,
+        "compile_seconds": compile_seconds,
+        "wall_seconds": seconds(),
+        "num_devices": mesh.size,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    plot_learning_curve(tracker.env_steps, np.stack(tracker.returns), run_dir / "learning_curve.png",
+                        train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+    if algorithm.save_artifacts is not None:
+        algorithm.save_artifacts(jax.device_get(state), run_dir)
+    return summary

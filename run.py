@@ -1,0 +1,34 @@
+"""Entry point: `python run.py algo=tabular_q env=gridworld num_seeds=4` (Hydra overrides)."""
+import time
+
+LAUNCH_TIME = time.time()  # before the heavy imports, so solve times count them
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from framework.config import register_schemas  # noqa: E402
+from framework.errors import ConfigError  # noqa: E402
+
+register_schemas()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> float | None:
+    from framework.trainer import train
+
+    hydra_cfg = HydraConfig.get()
+    sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode.name == "MULTIRUN" else None
+    try:
+        summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)
+    return sum(s["final_eval_return"] for s in summary["seeds"]) / len(summary["seeds"])
+
+
+if __name__ == "__main__":
+    main()
