@@ -3,6 +3,7 @@ import time
 
 LAUNCH_TIME = time.time()  # before the heavy imports, so solve times count them
 
+import logging  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -10,16 +11,19 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from framework.cli import preflight  # noqa: E402
 from framework.config import register_schemas  # noqa: E402
 from framework.errors import ConfigError  # noqa: E402
 
 register_schemas()
+preflight(sys.argv[1:])
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from framework.trainer import train
 
+    logging.getLogger("jax").setLevel(logging.WARNING)  # Hydra sets the root logger to INFO
     hydra_cfg = HydraConfig.get()
     sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode.name == "MULTIRUN" else None
     try:

@@ -76,14 +76,25 @@ def _as_object(node: Any) -> Any:
     return OmegaConf.to_object(node) if isinstance(node, DictConfig) else node
 
 
+def check_known_keys(node: DictConfig, config_class: type, prefix: str = "") -> None:
+    """Keys appended with `+key=value` that the schema does not know are errors, not ignored."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    for key in node:
+        check(key in fields, f"{prefix}{key}", node[key], f"keys of this schema: {', '.join(sorted(fields))}", "unknown key")
+
+
 def validated(cfg: DictConfig) -> TrainConfig:
     """The composed config as dataclasses, every value checked; raises ConfigError."""
+    check_known_keys(cfg, TrainConfig)
+    for group in ("env", "algo"):
+        entry = registry.lookup(group, cfg[group].get("name"))
+        check_known_keys(cfg[group], entry.config_class, f"{group}.")
+    check_known_keys(cfg.logger, LoggerConfig, "logger.")
     train = _as_object(cfg)
     for group in ("env", "algo"):
         node = getattr(train, group)
-        name = getattr(node, "name", None)
-        entry = registry.lookup(group, name)
-        check(isinstance(node, entry.config_class), f"{group}.name", name,
+        entry = registry.lookup(group, node.name)
+        check(isinstance(node, entry.config_class), f"{group}.name", node.name,
               f"the name of the selected {group} option ({', '.join(registry.known(group))})")
     train.validate()
     train.logger.validate()
@@ -94,7 +105,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
 
 def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, int]:
     """(updates per compiled chunk, number of chunks) so logs and evals land on chunk ends."""
-    chunk_env_steps = math.gcd(train.log_every, train.eval_every)
+    chunk_env_steps = min(math.gcd(train.log_every, train.eval_every), train.total_env_steps)
     updates_per_chunk = max(1, -(-chunk_env_steps // env_steps_per_update))
     steps_per_chunk = updates_per_chunk * env_steps_per_update
     return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))

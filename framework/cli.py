@@ -1,0 +1,74 @@
+"""Command-line checks that run before Hydra: clear one-paragraph errors, no tracebacks."""
+import sys
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from framework import registry
+from framework.config import CONF_DIR
+from framework.errors import ConfigError
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+class ComposeError(ValueError):
+    """Hydra could not build a config from the overrides (wrong type, unknown key, ...)."""
+
+
+def group_options(group: str) -> list[str]:
+    """Selectable options of a config group: registered plugins plus YAML files in conf/."""
+    yaml_options = {path.stem for path in (CONF_DIR / group).glob("*.yaml")}
+    registered = set(registry.known(group)) if group in registry.ENTRY_POINT_GROUPS else set()
+    return sorted(yaml_options | registered)
+
+
+def _split_choices(value: str) -> list[str]:
+    """`a,b` and `choice(a,b)` sweep syntax -> [a, b]."""
+    if value.startswith("choice(") and value.endswith(")"):
+        value = value[len("choice("):-1]
+    return [choice.strip() for choice in value.split(",")]
+
+
+def check_group_choices(overrides: Sequence[str]) -> None:
+    """An unknown `algo=`, `env=` or `logger=` option names the group and lists the known ones."""
+    for override in overrides:
+        group, separator, value = override.lstrip("+~").partition("=")
+        if not separator or group not in ("algo", "env", "logger"):
+            continue
+        known = group_options(group)
+        for choice in _split_choices(value):
+            if choice not in known:
+                raise ConfigError(group, choice, f"one of {', '.join(known)}", f"unknown {group} option")
+
+
+def _one_paragraph(error: Exception) -> str:
+    """Hydra's multi-line message and the OmegaConf error under it, as one paragraph."""
+    parts = []
+    for layer in (error, error.__cause__):
+        lines = [line.strip() for line in str(layer or "").splitlines()]
+        parts += [line for line in lines if line and not line.startswith(("object_type", "Set the environment"))]
+    return "Invalid config: " + "; ".join(parts).replace("full_key: ", "key: ") + "."
+
+
+def check_composes(overrides: Sequence[str]) -> None:
+    """Compose the config once with the overrides (a single run; Hydra checks sweeps itself)."""
+    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
+            compose("config", overrides=plain)
+    except (HydraException, OmegaConfBaseException, ValueError) as error:
+        raise ComposeError(_one_paragraph(error)) from None
+
+
+def preflight(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one paragraph on stderr when the overrides cannot make a config."""
+    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    try:
+        check_group_choices(overrides)
+        if not any(flag in argv for flag in MULTIRUN_FLAGS):
+            check_composes(overrides)
+    except (ConfigError, ComposeError) as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)

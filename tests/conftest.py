@@ -1,0 +1,31 @@
+"""Shared test setup: repo root on the path, plugins registered, a tiny persistent XLA cache."""
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+
+from framework.registry import load_plugins  # noqa: E402
+
+load_plugins()
+
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python run.py OVERRIDES` in a subprocess, progress bar off, output in `run_dir`."""
+    args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false"]
+    if run_dir is not None:
+        args.append(f"hydra.run.dir={run_dir}")
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

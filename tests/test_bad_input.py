@@ -1,0 +1,30 @@
+"""Bad input through run.py: non-zero exit, one paragraph naming the key, never a traceback."""
+import pytest
+
+from conftest import run_cli
+
+CASES = {
+    "unknown algo lists the known ones": (["algo=nope"], ["algo/nope", "tabular_q"]),
+    "unknown env lists the known ones": (["env=nope"], ["env/nope", "gridworld", "cartpole"]),
+    "wrong type": (["num_seeds=abc"], ["num_seeds", "abc"]),
+    "float for an int": (["total_env_steps=1e5"], ["total_env_steps"]),
+    "out of range": (["algo.epsilon=1.5"], ["algo.epsilon", "1.5", "<= 1"]),
+    "not a number": (["algo.learning_rate=nan"], ["algo.learning_rate", "nan", "finite"]),
+    "zero size": (["algo.num_agents=0"], ["algo.num_agents", "0", ">= 1"]),
+    "unknown key": (["algo.foo=1"], ["algo.foo"]),
+    "wall on the start cell": (["env.walls=[[7,11]]"], ["env.start", "[7, 11]", "wall"]),
+    "walls enclose the goal": (["env.walls=[[0,1],[1,0]]"], ["env.walls", "goal"]),
+    "cell outside the grid": (["env.goal=[8,0]"], ["env.goal", "[8, 0]"]),
+    "algorithm that cannot use the env": (["env=cartpole"], ["env", "cartpole", "tabular_q"]),
+}
+
+
+@pytest.mark.parametrize("overrides, expected", CASES.values(), ids=CASES.keys())
+def test_bad_input_is_one_clear_paragraph(overrides, expected, tmp_path):
+    result = run_cli(*overrides, run_dir=tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr + result.stdout
+    message = result.stderr.strip()
+    for piece in expected:
+        assert piece in message, f"{piece!r} not in {message!r}"
+    assert not (tmp_path / "metrics.jsonl").exists(), "the run started despite the bad input"
