@@ -31,8 +31,7 @@ def plot_grid_values(values: np.ndarray, path: Path, walls: np.ndarray, path_cel
                      start: Sequence[int], goal: Sequence[int], title: str = "") -> None:
     """A heatmap of a value per grid cell, walls in black, a path drawn from start to goal."""
     shown = np.ma.masked_where(walls, values)
-    colormap = matplotlib.colormaps["viridis"].copy()
-    colormap.set_bad("black")
+    colormap = matplotlib.colormaps["viridis"].with_extremes(bad="black")
     height, width = values.shape
     figure, axes = plt.subplots(figsize=(max(4, width * 0.6), max(3, height * 0.6)))
     image = axes.imshow(shown, cmap=colormap)

@@ -29,3 +29,14 @@ def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = Non
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def compose_config(*overrides: str):
+    """The composed Hydra config, as run.py would build it, for in-process training."""
+    from hydra import compose, initialize_config_dir
+
+    from framework.config import CONF_DIR, register_schemas
+
+    register_schemas()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="test"):
+        return compose("config", overrides=[*overrides, "progress=false"])
