@@ -4,8 +4,8 @@ import pytest
 from conftest import run_cli
 
 CASES = {
-    "unknown algo lists the known ones": (["algo=nope"], ["algo/nope", "tabular_q"]),
-    "unknown env lists the known ones": (["env=nope"], ["env/nope", "gridworld", "cartpole"]),
+    "unknown algo lists the known ones": (["algo=nope"], ["algo='nope'", "unknown algo", "tabular_q"]),
+    "unknown env lists the known ones": (["env=nope"], ["env='nope'", "unknown env", "cartpole, gridworld"]),
     "wrong type": (["num_seeds=abc"], ["num_seeds", "abc"]),
     "float for an int": (["total_env_steps=1e5"], ["total_env_steps"]),
     "out of range": (["algo.epsilon=1.5"], ["algo.epsilon", "1.5", "<= 1"]),

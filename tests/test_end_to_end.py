@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_cli
 
-TINY = ("algo=tabular_q", "env=gridworld", "algo.num_agents=4", "num_seeds=2",
+TINY = ("algo=tabular_q", "env=gridworld", "algo.num_agents=4", "algo.steps_per_update=25", "num_seeds=2",
         "total_env_steps=4000", "eval_every=2000", "log_every=1000", "eval_episodes=4")
 WALL_CLOCK_KEYS = {"wall_seconds", "env_steps_per_second"}
 

@@ -69,7 +69,7 @@ def test_greedy_policy_follows_a_shortest_path_with_optimal_values(grid, tmp_pat
 
 def _one_agent(epsilon=0.0, **env_overrides):
     env, params = make("gridworld", **env_overrides)
-    algorithm = make_tabular_q(TabularQConfig(num_agents=1, epsilon=epsilon, learning_rate=0.5, discount=DISCOUNT), env, params)
+    algorithm = make_tabular_q(TabularQConfig(num_agents=1, steps_per_update=1, epsilon=epsilon, learning_rate=0.5, discount=DISCOUNT), env, params)
     return algorithm, algorithm.init(jax.random.key(0))
 
 
