@@ -1,5 +1,6 @@
 """Command-line checks that run before Hydra: clear one-paragraph errors, no tracebacks."""
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_dir
@@ -8,7 +9,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from framework import registry
 from framework.config import CONF_DIR
-from framework.errors import ConfigError
+from framework.errors import ConfigError, check_writable_dir
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -62,13 +63,24 @@ def check_composes(overrides: Sequence[str]) -> None:
         raise ComposeError(_one_paragraph(error)) from None
 
 
+def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
+    """The run (or sweep) dir the user chose must be writable; Hydra would only show a traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    for override in overrides:
+        name, _, value = override.partition("=")
+        if name == key and "${" not in value:
+            check_writable_dir(Path(value), key)
+
+
 def preflight(argv: Sequence[str]) -> None:
     """Exit with status 2 and one paragraph on stderr when the overrides cannot make a config."""
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    multirun = any(flag in argv for flag in MULTIRUN_FLAGS)
     try:
         check_group_choices(overrides)
-        if not any(flag in argv for flag in MULTIRUN_FLAGS):
+        if not multirun:
             check_composes(overrides)
+        check_output_dir(overrides, multirun)
     except (ConfigError, ComposeError) as error:
         print(error, file=sys.stderr)
         sys.exit(2)

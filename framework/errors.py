@@ -1,4 +1,5 @@
 """The one error type users see: a bad config value, reported as a single paragraph."""
+from pathlib import Path
 from typing import Any
 
 
@@ -42,3 +43,14 @@ def check_positive_int(key: str, value: Any, minimum: int = 1) -> None:
 
 def check_choice(key: str, value: Any, choices: tuple) -> None:
     check(value in choices, key, value, f"one of {', '.join(map(str, choices))}")
+
+
+def check_writable_dir(path: Path, key: str = "hydra.run.dir") -> None:
+    """Fail before compiling when `path` cannot be created or written (read-only, full disk)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write_probe"
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(key, str(path), "a writable directory with free space", error.strerror or str(error)) from None

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework import registry
 from framework.algorithm import Algorithm
 from framework.config import TrainConfig, chunk_updates, validated
-from framework.errors import ConfigError
+from framework.errors import check_writable_dir
 from framework.evaluation import make_evaluate
 from framework.loggers import make_loggers
 from framework.plots import plot_learning_curve
@@ -47,17 +47,6 @@ def make_run_chunk(update: Callable, mesh: Mesh, num_updates: int) -> Callable:
     # check_vma=False: algorithms stay free of device-axis type annotations on their scan carries
     on_devices = jax.shard_map(run_on_device, mesh=mesh, in_specs=seeds, out_specs=seeds, check_vma=False)
     return jax.jit(on_devices, donate_argnums=0)
-
-
-def check_writable(run_dir: Path) -> None:
-    """Fail before compiling when the run dir cannot take our outputs."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_probe"
-        probe.write_bytes(b"\0" * 4096)
-        probe.unlink()
-    except OSError as error:
-        raise ConfigError("hydra.run.dir", str(run_dir), "a writable directory with free space", error.strerror or str(error))
 
 
 def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
@@ -103,7 +92,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     seconds = lambda: time.time() - launch_time
     train_cfg = validated(cfg)
     env, env_params, algorithm = build(train_cfg)
-    check_writable(run_dir)
+    check_writable_dir(run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 

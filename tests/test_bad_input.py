@@ -28,3 +28,11 @@ def test_bad_input_is_one_clear_paragraph(overrides, expected, tmp_path):
     for piece in expected:
         assert piece in message, f"{piece!r} not in {message!r}"
     assert not (tmp_path / "metrics.jsonl").exists(), "the run started despite the bad input"
+
+
+def test_unwritable_run_dir_is_reported_before_anything_runs(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    result = run_cli("total_env_steps=1000", run_dir=blocker / "run", timeout=120)
+    assert result.returncode == 2
+    assert "hydra.run.dir" in result.stderr and "Traceback" not in result.stderr + result.stdout
