@@ -64,3 +64,11 @@ def test_target_return_stops_early_and_records_when(tmp_path):
     solved = summary["seeds"][0]["solved_at_env_steps"]
     assert solved is not None and solved < 3000000 and summary["env_steps"] == solved
     assert summary["seeds"][0]["solved_at_seconds"] > 0
+
+
+def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
+    result = run_cli(*TINY, "seed=0", run_dir=tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["num_devices"] == 2
+    assert np.array_equal(np.load(tmp_path / "q_table.npy"), np.load(runs["first"] / "q_table.npy"))
+    assert _metrics(tmp_path) == _metrics(runs["first"])
