@@ -38,14 +38,15 @@ def value_iteration(height, width, walls, goal, discount, sweeps=500):
     return values
 
 
-def greedy_path(q_table, start, goal, limit=200):
+def greedy_path(q_table, start, goal, walls=(), limit=200):
     """Cells from start following argmax Q (ties by lowest index; a converged table has none)."""
     height, width = q_table.shape[:2]
+    walls = {tuple(w) for w in walls}
     cell, path = tuple(start), [tuple(start)]
     while cell != tuple(goal) and len(path) <= limit:
         d_row, d_col = MOVES[int(np.argmax(q_table[cell]))]
         nxt = (min(max(cell[0] + d_row, 0), height - 1), min(max(cell[1] + d_col, 0), width - 1))
-        cell = cell if np.isinf(q_table[nxt]).any() else nxt
+        cell = cell if nxt in walls else nxt
         path.append(cell)
     return path
 
@@ -60,7 +61,7 @@ def test_greedy_policy_follows_a_shortest_path_with_optimal_values(grid, tmp_pat
     v_star = value_iteration(env_cfg.height, env_cfg.width, env_cfg.walls, env_cfg.goal, DISCOUNT)
     shortest = round(np.log(v_star[tuple(env_cfg.start)]) / np.log(DISCOUNT)) + 1
     for q_table in q_tables.reshape(-1, *q_tables.shape[2:]):
-        path = greedy_path(q_table, env_cfg.start, env_cfg.goal)
+        path = greedy_path(q_table, env_cfg.start, env_cfg.goal, env_cfg.walls)
         assert path[-1] == tuple(env_cfg.goal) and len(path) - 1 == shortest
         for cell in path[:-1]:
             assert abs(q_table[cell].max() - v_star[cell]) < 0.05, (cell, q_table[cell], v_star[cell])
@@ -113,3 +114,22 @@ def test_greedy_ties_are_uniform():
     actions = greedy_with_random_ties(jnp.zeros((draws, 3)), jax.random.uniform(jax.random.key(2), (draws,)))
     counts = np.bincount(np.asarray(actions), minlength=3)
     assert _chi_square(counts, np.full(3, 1 / 3)) < 13.82  # 99.9%, 2 degrees of freedom
+
+
+@pytest.mark.slow
+def test_random_starts_learn_the_optimal_policy_from_every_cell(tmp_path):
+    walls = [[r, 6] for r in range(0, 9)] + [[5, c] for c in range(7, 11)]
+    cfg = compose_config("env.height=12", "env.width=12", "env.start=[11,11]", "env.goal=[0,0]",
+                         f"env.walls={walls}", "env.random_start=true", "env.max_steps=200", "algo.num_agents=16",
+                         "total_env_steps=80000000", "eval_every=80000000", "log_every=80000000")
+    train(cfg, tmp_path)
+    q_table = np.load(tmp_path / "q_table.npy")[0].mean(axis=0)
+    v_star = value_iteration(12, 12, walls, [0, 0], DISCOUNT)
+    wall_cells = {tuple(w) for w in walls}
+    for row in range(12):
+        for col in range(12):
+            if (row, col) in wall_cells or (row, col) == (0, 0):
+                continue
+            shortest = round(np.log(v_star[row, col]) / np.log(DISCOUNT)) + 1
+            assert len(greedy_path(q_table, [row, col], [0, 0], walls)) - 1 == shortest, (row, col)
+            assert abs(q_table[row, col].max() - v_star[row, col]) < 0.05
