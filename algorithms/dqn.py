@@ -1,0 +1,223 @@
+"""DQN: Flax Q-network, Optax optimizer, Flashbax uniform replay, n-step double-Q targets.
+
+One update = `train_every` env steps over `num_envs` vectorized envs, their n-step transitions
+added to replay, then `updates_per_train` gradient steps once `learning_starts` is reached.
+Terminations never bootstrap; truncations bootstrap from the final observation.
+"""
+import dataclasses
+from typing import Any
+
+import flashbax as fbx
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from flax.training.train_state import TrainState
+
+from algorithms.common.exploration import epsilon_greedy
+from algorithms.common.networks import ACTIVATIONS, QNetwork
+from algorithms.common.targets import huber, n_step_transition, q_targets, squared
+from envs.wrappers import EpisodeStatistics
+from framework.algorithm import Algorithm
+from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.registry import register_algorithm
+
+LOSSES = {"huber": huber, "mse": squared}
+
+
+@dataclasses.dataclass
+class DQNConfig:
+    name: str = "dqn"
+    num_envs: int = 8
+    buffer_size: int = 50_000
+    batch_size: int = 64
+    learning_starts: int = 1_000  # env steps before the first gradient step
+    train_every: int = 8  # env steps (over all envs) between training rounds; a multiple of num_envs
+    updates_per_train: int = 1
+    learning_rate: float = 1e-3
+    lr_decay_steps: int = 0  # gradient steps of a linear decay to 0; 0 keeps the rate constant
+    max_grad_norm: float = 10.0
+    discount: float = 0.99
+    n_step: int = 1
+    double_q: bool = True
+    dueling: bool = False
+    loss: str = "huber"
+    hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
+    target_update_period: int = 250  # gradient steps between hard target copies (tau = 1)
+    tau: float = 1.0  # < 1: Polyak averaging at every gradient step instead
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_steps: int = 10_000  # env steps of the linear decay
+
+    def validate(self) -> None:
+        for key in ("num_envs", "buffer_size", "batch_size", "train_every", "updates_per_train",
+                    "n_step", "target_update_period", "epsilon_decay_steps"):
+            check_positive_int(f"algo.{key}", getattr(self, key))
+        check_positive_int("algo.learning_starts", self.learning_starts, minimum=0)
+        check(self.train_every % self.num_envs == 0, "algo.train_every", self.train_every,
+              f"a multiple of algo.num_envs ({self.num_envs})", "every env steps the same number of times")
+        check(self.batch_size <= self.buffer_size, "algo.batch_size", self.batch_size,
+              f"at most algo.buffer_size ({self.buffer_size})", "a batch cannot be larger than the buffer")
+        check_number("algo.learning_rate", self.learning_rate, 0, low_inclusive=False)
+        check_positive_int("algo.lr_decay_steps", self.lr_decay_steps, minimum=0)
+        check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
+        check_number("algo.discount", self.discount, 0, 1)
+        check_choice("algo.loss", self.loss, tuple(LOSSES))
+        check(len(self.hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes),
+              "algo.hidden_sizes", list(self.hidden_sizes), "a non-empty list of integers >= 1")
+        check_choice("algo.activation", self.activation, tuple(ACTIVATIONS))
+        check_number("algo.tau", self.tau, 0, 1, low_inclusive=False)
+        check_number("algo.epsilon_start", self.epsilon_start, 0, 1)
+        check_number("algo.epsilon_end", self.epsilon_end, 0, 1)
+
+
+@struct.dataclass
+class NStepWindow:
+    """The last n steps of every env, oldest first: [n, num_envs, ...]."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_obs: jax.Array
+    filled: jax.Array  # steps pushed so far, capped at n
+
+
+@struct.dataclass
+class DQNState:
+    train_state: TrainState
+    target_params: Any
+    replay_state: Any
+    env_state: Any
+    obs: jax.Array
+    window: NStepWindow
+    env_steps: jax.Array
+    gradient_steps: jax.Array
+    key: jax.Array
+
+
+def linear_epsilon(config: DQNConfig, env_steps: jax.Array) -> jax.Array:
+    fraction = jnp.clip(env_steps / config.epsilon_decay_steps, 0.0, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:
+    """Drop the oldest step of each env's window and append the newest."""
+    shift = lambda old, new: jnp.concatenate([old[1:], new[None]], axis=0)
+    fields = {k: shift(getattr(window, k), v) for k, v in step.items()}
+    return NStepWindow(**fields, filled=jnp.minimum(window.filled + 1, n))
+
+
+def oldest_transition(window: NStepWindow, discount: float) -> dict:
+    """The replay item that starts at the window's oldest step, valid once the window is full."""
+    n_step_return, bootstrap_obs, bootstrap_discount = n_step_transition(
+        window.reward, window.terminated, window.truncated, window.next_obs, discount)
+    num_envs = window.reward.shape[1]
+    return {"obs": window.obs[0], "action": window.action[0], "n_step_return": n_step_return,
+            "bootstrap_obs": bootstrap_obs, "bootstrap_discount": bootstrap_discount,
+            "valid": jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,)).astype(jnp.float32)}
+
+
+@register_algorithm("dqn", config=DQNConfig)
+def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
+    if getattr(env, "observation_kind", None) == "cell":
+        raise ConfigError("env.observation", "cell", "one_hot (algo=dqn feeds observations to a network)",
+                          "grid cells are indices, not features")
+    num_envs, n = config.num_envs, config.n_step
+    steps_per_update = config.train_every // num_envs
+    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling)
+    stats_env = EpisodeStatistics(env)
+    reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
+    step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
+    buffer = fbx.make_item_buffer(max_length=config.buffer_size, min_length=config.batch_size,
+                                  sample_batch_size=config.batch_size, add_sequences=True)
+    learning_rate = (optax.linear_schedule(config.learning_rate, 0.0, config.lr_decay_steps)
+                     if config.lr_decay_steps else config.learning_rate)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate))
+    td_loss = LOSSES[config.loss]
+
+    def init(key: jax.Array) -> DQNState:
+        key, net_key, reset_key = jax.random.split(key, 3)
+        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
+        params = network.init(net_key, obs)
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+        blank = lambda x, dtype=None: jnp.zeros((n, *x.shape), dtype or x.dtype)
+        window = NStepWindow(blank(obs), blank(obs[:, 0], jnp.int32), blank(obs[:, 0], jnp.float32),
+                             blank(obs[:, 0], bool), blank(obs[:, 0], bool), blank(obs), jnp.int32(0))
+        example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
+        return DQNState(train_state, params, buffer.init(example), env_state, obs, window,
+                        jnp.int32(0), jnp.int32(0), key)
+
+    def env_step(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
+        """Every env acts epsilon-greedily once; the window's oldest transition becomes an item."""
+        params, env_state, obs, window, env_steps = carry
+        action_key, env_key = jax.random.split(key)
+        q_values = network.apply(params, obs)
+        epsilon = linear_epsilon(config, env_steps)
+        actions = epsilon_greedy(q_values, epsilon, jax.random.uniform(action_key, (num_envs,)))
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(env_key, num_envs), env_state, actions, env_params)
+        window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
+                               "truncated": truncated, "next_obs": info["final_observation"]}, n)
+        item = oldest_transition(window, config.discount)
+        carry = (params, env_state, next_obs, window, env_steps + num_envs)
+        return carry, {**item, "episode_return": info["returned_episode_return"]}
+
+    def loss_fn(params: Any, target_params: Any, batch: dict) -> tuple[jax.Array, jax.Array]:
+        q_values = network.apply(params, batch["obs"])
+        chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
+        online_next = network.apply(params, batch["bootstrap_obs"]) if config.double_q else None
+        targets = q_targets(batch["n_step_return"], batch["bootstrap_discount"],
+                            network.apply(target_params, batch["bootstrap_obs"]), online_next)
+        errors = jax.lax.stop_gradient(targets) - chosen
+        weights = batch["valid"]
+        return (weights * td_loss(errors)).sum() / jnp.maximum(weights.sum(), 1.0), chosen.mean()
+
+    def gradient_step(carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
+        train_state, target_params, replay_state, gradient_steps = carry
+        batch = buffer.sample(replay_state, key).experience
+        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params, target_params, batch)
+        train_state = train_state.apply_gradients(grads=grads)
+        gradient_steps = gradient_steps + 1
+        if config.tau < 1.0:
+            target_params = optax.incremental_update(train_state.params, target_params, config.tau)
+        else:
+            copy = gradient_steps % config.target_update_period == 0
+            target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), train_state.params, target_params)
+        return (train_state, target_params, replay_state, gradient_steps), (loss, q_mean)
+
+    def update(state: DQNState) -> tuple[DQNState, dict]:
+        key, rollout_key, learn_key = jax.random.split(state.key, 3)
+        carry = (state.train_state.params, state.env_state, state.obs, state.window, state.env_steps)
+        (_, env_state, obs, window, env_steps), items = jax.lax.scan(
+            env_step, carry, jax.random.split(rollout_key, steps_per_update))
+        episode_returns = items.pop("episode_return")
+        # [steps, envs, ...] -> one sequence of items for the buffer
+        items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
+        replay_state = buffer.add(state.replay_state, items)
+
+        learn_carry = (state.train_state, state.target_params, replay_state, state.gradient_steps)
+        learned, (losses, q_means) = jax.lax.scan(
+            gradient_step, learn_carry, jax.random.split(learn_key, config.updates_per_train))
+        ready = buffer.can_sample(replay_state) & (env_steps >= config.learning_starts)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)
+        train_state, target_params, _, gradient_steps = keep(learned, learn_carry)
+
+        metrics = {
+            "train/loss": jnp.where(ready, losses.mean(), jnp.nan),
+            "train/q_mean": jnp.where(ready, q_means.mean(), jnp.nan),
+            "train/epsilon": linear_epsilon(config, env_steps),
+            "train/episode_return": episode_returns[-1].mean(),
+            "train/gradient_steps": gradient_steps.astype(jnp.float32),
+            "replay/size": jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32),
+        }
+        new_state = DQNState(train_state, target_params, replay_state, env_state, obs, window,
+                             env_steps, gradient_steps, key)
+        return new_state, metrics
+
+    def act(state: DQNState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
+
+    return Algorithm(init, update, act, env_steps_per_update=config.train_every)
