@@ -120,6 +120,24 @@ def oldest_transition(window: NStepWindow, discount: float) -> dict:
             "valid": jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,)).astype(jnp.float32)}
 
 
+def td_errors(params: Any, target_params: Any, batch: dict, network: QNetwork, double_q: bool) -> tuple[jax.Array, jax.Array]:
+    """(n-step double/plain Q target - Q(s, a), Q(s, a)) for a batch of replay items."""
+    q_values = network.apply(params, batch["obs"])
+    chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
+    online_next = network.apply(params, batch["bootstrap_obs"]) if double_q else None
+    targets = q_targets(batch["n_step_return"], batch["bootstrap_discount"],
+                        network.apply(target_params, batch["bootstrap_obs"]), online_next)
+    return jax.lax.stop_gradient(targets) - chosen, chosen
+
+
+def dqn_loss(params: Any, target_params: Any, batch: dict, network: QNetwork, double_q: bool,
+             td_loss=huber) -> tuple[jax.Array, jax.Array]:
+    """Mean TD loss over the valid items (the first n-1 steps of a run fill no window), and mean Q."""
+    errors, chosen = td_errors(params, target_params, batch, network, double_q)
+    weights = batch["valid"]
+    return (weights * td_loss(errors)).sum() / jnp.maximum(weights.sum(), 1.0), chosen.mean()
+
+
 @register_algorithm("dqn", config=DQNConfig)
 def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
     if getattr(env, "observation_kind", None) == "cell":
@@ -165,20 +183,11 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         carry = (params, env_state, next_obs, window, env_steps + num_envs)
         return carry, {**item, "episode_return": info["returned_episode_return"]}
 
-    def loss_fn(params: Any, target_params: Any, batch: dict) -> tuple[jax.Array, jax.Array]:
-        q_values = network.apply(params, batch["obs"])
-        chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
-        online_next = network.apply(params, batch["bootstrap_obs"]) if config.double_q else None
-        targets = q_targets(batch["n_step_return"], batch["bootstrap_discount"],
-                            network.apply(target_params, batch["bootstrap_obs"]), online_next)
-        errors = jax.lax.stop_gradient(targets) - chosen
-        weights = batch["valid"]
-        return (weights * td_loss(errors)).sum() / jnp.maximum(weights.sum(), 1.0), chosen.mean()
-
     def gradient_step(carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
         train_state, target_params, replay_state, gradient_steps = carry
         batch = buffer.sample(replay_state, key).experience
-        (loss, q_mean), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params, target_params, batch)
+        (loss, q_mean), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
+            train_state.params, target_params, batch, network, config.double_q, td_loss)
         train_state = train_state.apply_gradients(grads=grads)
         gradient_steps = gradient_steps + 1
         if config.tau < 1.0:

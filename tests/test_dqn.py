@@ -1,0 +1,121 @@
+"""DQN: targets by hand on a tiny network, the n-step items it writes, seeds, and its config checks."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.common.networks import QNetwork
+from algorithms.dqn import DQNConfig, make_dqn, td_errors
+from envs import make
+from framework.errors import ConfigError
+
+GAMMA = 0.9
+
+
+def numpy_q(params, obs):
+    """An independent forward pass of the one-hidden-layer ReLU network."""
+    layer0, layer1 = params["params"]["Dense_0"], params["params"]["Dense_1"]
+    hidden = np.maximum(obs @ np.asarray(layer0["kernel"]) + np.asarray(layer0["bias"]), 0)
+    return hidden @ np.asarray(layer1["kernel"]) + np.asarray(layer1["bias"])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    network = QNetwork(num_actions=2, hidden_sizes=(3,))
+    obs = jnp.array([[0.5, -1.0], [1.0, 2.0], [-0.3, 0.7], [2.0, 0.1]])
+    params = network.init(jax.random.key(0), obs)
+    target_params = network.init(jax.random.key(1), obs)
+    return network, params, target_params
+
+
+# items: (n-step return, bootstrap discount) as n_step_transition makes them for each case
+BATCH_CASES = {
+    "terminated: no bootstrap": (1.0, 0.0),
+    "truncated: bootstrap from the final observation": (1.0, GAMMA),
+    "3-step window ending in a termination at its second step": (1.0 + GAMMA * 1.0, 0.0),
+    "3-step window without an end": (1.0 + GAMMA + GAMMA**2, GAMMA**3),
+}
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+def test_td_errors_by_hand(tiny, double_q):
+    network, params, target_params = tiny
+    returns, discounts = map(jnp.array, zip(*BATCH_CASES.values()))
+    batch = {"obs": jnp.array([[0.5, -1.0], [1.0, 2.0], [-0.3, 0.7], [2.0, 0.1]]), "action": jnp.array([0, 1, 1, 0]),
+             "n_step_return": returns, "bootstrap_discount": discounts,
+             "bootstrap_obs": jnp.array([[0.0, 0.0], [1.5, -0.5], [0.2, 0.2], [-1.0, 1.0]])}
+    errors, _ = td_errors(params, target_params, batch, network, double_q)
+    obs, next_obs = np.asarray(batch["obs"]), np.asarray(batch["bootstrap_obs"])
+    online_next, target_next = numpy_q(params, next_obs), numpy_q(target_params, next_obs)
+    best = online_next.argmax(axis=1) if double_q else target_next.argmax(axis=1)
+    expected_targets = np.asarray(returns) + np.asarray(discounts) * target_next[np.arange(4), best]
+    expected = expected_targets - numpy_q(params, obs)[np.arange(4), np.asarray(batch["action"])]
+    np.testing.assert_allclose(errors, expected, rtol=1e-5, atol=1e-6)
+    assert errors[0] == pytest.approx(1.0 - numpy_q(params, obs)[0, 0], rel=1e-5), "a terminal item bootstrapped"
+
+
+def _corridor_dqn(n_step):
+    """DQN on a 1x3 grid: start [0,0], goal [0,2], one-hot observations, 4-step time limit."""
+    env, params = make("gridworld", height=1, width=3, start=[0, 0], goal=[0, 2], max_steps=4, observation="one_hot")
+    config = DQNConfig(num_envs=1, buffer_size=64, batch_size=4, learning_starts=10_000, train_every=1,
+                       n_step=n_step, discount=GAMMA, epsilon_start=1.0, epsilon_end=1.0)
+    return make_dqn(config, env, params)
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_replay_items_follow_the_trajectory(n_step):
+    """Replay rows against n-step returns recomputed from the recorded rewards and ends."""
+    algorithm = _corridor_dqn(n_step)
+    state = algorithm.init(jax.random.key(3))
+    update = jax.jit(algorithm.update)
+    trajectory = []
+    for _ in range(40):
+        previous_obs = np.asarray(state.obs[0])
+        state, _ = update(state)
+        newest = lambda field: np.asarray(getattr(state.window, field)[-1, 0])
+        trajectory.append((previous_obs, int(newest("action")), float(newest("reward")), bool(newest("terminated")),
+                           bool(newest("truncated")), newest("next_obs")))
+    items = jax.tree.map(lambda x: np.asarray(x[0, :40]), state.replay_state.experience)
+    for t in range(n_step - 1, 40):
+        start = t - n_step + 1
+        obs, action = trajectory[start][0], trajectory[start][1]
+        expected_return, discount, bootstrap = 0.0, 1.0, None
+        for k in range(n_step):
+            _, _, reward, terminated, truncated, next_obs = trajectory[start + k]
+            expected_return += discount * reward
+            discount *= GAMMA
+            if terminated or truncated or k == n_step - 1:
+                bootstrap, discount = next_obs, 0.0 if terminated else discount
+                break
+        np.testing.assert_array_equal(items["obs"][t], obs)
+        assert items["action"][t] == action and items["valid"][t] == 1.0
+        assert items["n_step_return"][t] == pytest.approx(expected_return)
+        assert items["bootstrap_discount"][t] == pytest.approx(discount)
+        np.testing.assert_array_equal(items["bootstrap_obs"][t], bootstrap)
+    assert all(items["valid"][: n_step - 1] == 0.0)
+    assert any(step[3] for step in trajectory) and any(step[4] for step in trajectory), "no episode end was exercised"
+
+
+def test_seeds_get_different_networks():
+    env, params = make("cartpole")
+    algorithm = make_dqn(DQNConfig(), env, params)
+    states = jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2))
+    kernels = states.train_state.params["params"]["Dense_0"]["kernel"]
+    assert not np.array_equal(kernels[0], kernels[1])
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"batch_size": 128, "buffer_size": 64}, "algo.batch_size"),
+    ({"train_every": 12, "num_envs": 8}, "algo.train_every"),
+    ({"tau": 0.0}, "algo.tau"),
+    ({"hidden_sizes": []}, "algo.hidden_sizes"),
+])
+def test_config_checks(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        DQNConfig(**overrides).validate()
+
+
+def test_grid_cells_are_refused_with_a_hint():
+    env, params = make("gridworld")
+    with pytest.raises(ConfigError, match="one_hot"):
+        make_dqn(DQNConfig(), env, params)
