@@ -23,7 +23,8 @@ preflight(sys.argv[1:])
 def main(cfg: DictConfig) -> float | None:
     from framework.trainer import train
 
-    logging.getLogger("jax").setLevel(logging.WARNING)  # Hydra sets the root logger to INFO
+    for noisy in ("jax", "absl"):  # Hydra sets the root logger to INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     hydra_cfg = HydraConfig.get()
     sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode.name == "MULTIRUN" else None
     try:

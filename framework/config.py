@@ -36,6 +36,16 @@ class LoggerConfig:
 
 
 @dataclasses.dataclass
+class CheckpointConfig:
+    every: int = 0  # env steps between checkpoints; 0 writes none
+    keep: int = 3  # newest checkpoints kept on disk
+
+    def validate(self) -> None:
+        check_positive_int("checkpoint.every", self.every, minimum=0)
+        check_positive_int("checkpoint.keep", self.keep)
+
+
+@dataclasses.dataclass
 class TrainConfig:
     algo: Any = MISSING
     env: Any = MISSING
@@ -48,6 +58,8 @@ class TrainConfig:
     target_return: Optional[float] = None  # stop once every seed's eval return reaches it
     log_every: int = 10_000
     progress: bool = True
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    resume: bool = False  # continue from the newest checkpoint in the run dir
 
     def validate(self) -> None:
         check_positive_int("seed", self.seed, minimum=0)
@@ -56,6 +68,7 @@ class TrainConfig:
             check_positive_int(key, getattr(self, key))
         if self.target_return is not None:
             check_number("target_return", self.target_return)
+        self.checkpoint.validate()
 
 
 def register_schemas() -> None:
@@ -90,6 +103,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
         entry = registry.lookup(group, cfg[group].get("name"))
         check_known_keys(cfg[group], entry.config_class, f"{group}.")
     check_known_keys(cfg.logger, LoggerConfig, "logger.")
+    check_known_keys(cfg.checkpoint, CheckpointConfig, "checkpoint.")
     train = _as_object(cfg)
     for group in ("env", "algo"):
         node = getattr(train, group)
@@ -105,10 +119,12 @@ def validated(cfg: DictConfig) -> TrainConfig:
 
 def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, int]:
     """(updates per compiled chunk, number of chunks) so logs and evals land on chunk ends."""
-    chunk_env_steps = min(math.gcd(train.log_every, train.eval_every), train.total_env_steps)
+    # math.gcd ignores a 0, so a disabled checkpoint interval does not constrain the chunks
+    boundaries = math.gcd(train.log_every, train.eval_every, train.checkpoint.every)
+    chunk_env_steps = min(boundaries, train.total_env_steps)
     updates_per_chunk = max(1, -(-chunk_env_steps // env_steps_per_update))
     steps_per_chunk = updates_per_chunk * env_steps_per_update
     return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))
 
 
-__all__ = ["ConfigError", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]
+__all__ = ["ConfigError", "CheckpointConfig", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]

@@ -69,15 +69,6 @@ def lookup(kind: str, name: str) -> Entry:
     return _REGISTRIES[kind][name]
 
 
-def config_fields(config: Any) -> dict[str, Any]:
-    """The fields of a config dataclass or OmegaConf node as a plain dict, minus `name`."""
-    if not dataclasses.is_dataclass(config):
-        from omegaconf import OmegaConf
-
-        config = OmegaConf.to_object(config)
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "name"}
-
-
 def build_config(kind: str, name: str, overrides: dict[str, Any]) -> Any:
     """The validated config dataclass of `name` with `overrides` applied."""
     config_class = lookup(kind, name).config_class

@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from framework import registry
 from framework.algorithm import Algorithm
 from framework.config import TrainConfig, chunk_updates, validated
-from framework.errors import check_writable_dir
+from framework.checkpoint import CHECKPOINT_DIR, Checkpointer
+from framework.errors import ConfigError, check_writable_dir
 from framework.evaluation import make_evaluate
 from framework.loggers import make_loggers
 from framework.plots import plot_learning_curve
@@ -62,13 +63,13 @@ class SolveTracker:
     def __init__(self, num_seeds: int, target_return: Optional[float]):
         self.target = target_return
         self.env_steps: list[int] = []
-        self.returns: list[np.ndarray] = []
+        self.returns: list[list[float]] = []
         self.solved_at_env_steps: list[Optional[int]] = [None] * num_seeds
         self.solved_at_seconds: list[Optional[float]] = [None] * num_seeds
 
     def record(self, env_steps: int, returns: np.ndarray, seconds: float) -> None:
         self.env_steps.append(env_steps)
-        self.returns.append(returns)
+        self.returns.append([float(r) for r in returns])
         if self.target is None:
             return
         for seed, value in enumerate(returns):
@@ -79,6 +80,13 @@ class SolveTracker:
     def all_solved(self) -> bool:
         return self.target is not None and all(s is not None for s in self.solved_at_env_steps)
 
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("env_steps", "returns", "solved_at_env_steps", "solved_at_seconds")}
+
+    def load(self, saved: dict) -> None:
+        for key, value in saved.items():
+            setattr(self, key, list(value))
+
 
 def _format_line(record: dict) -> str:
     parts = [f"env_steps={record['env_steps']:,}", f"steps/s={record['env_steps_per_second']:,.0f}"]
@@ -86,13 +94,23 @@ def _format_line(record: dict) -> str:
     return "  ".join(parts)
 
 
+def keep_first_lines(path: Path, count: int) -> None:
+    """Drop log lines written after the checkpoint a run resumes from."""
+    if path.exists():
+        lines = path.read_text().splitlines(keepends=True)[:count]
+        path.write_text("".join(lines))
+
+
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
-    """Validate, build, compile and run; write metrics, summary and plots into `run_dir`."""
+    """Validate, build, compile and run; write metrics, summary, plots and checkpoints into `run_dir`."""
     launch_time = time.time() if launch_time is None else launch_time
     seconds = lambda: time.time() - launch_time
     train_cfg = validated(cfg)
     env, env_params, algorithm = build(train_cfg)
     check_writable_dir(run_dir)
+    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
+    if train_cfg.resume and checkpointer.latest_step() is None:
+        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
@@ -115,22 +133,31 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         return np.asarray(jax.device_get(evaluate(state, keys))).mean(axis=1)
 
     tracker = SolveTracker(num_seeds, train_cfg.target_return)
+    progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}
+    if train_cfg.resume:
+        state, saved = checkpointer.restore_latest(state)
+        tracker.load(saved.pop("tracker"))
+        progress = saved
+        keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
     loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group)
-    env_steps, train_seconds, latest_eval = 0, 0.0, None
+    latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
     try:
         with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress) as bar:
-            for chunk in range(num_chunks):
+            for chunk in range(progress["chunk"], num_chunks):
+                if tracker.all_solved:
+                    break
                 chunk_start = time.time()
                 state, metrics = run_chunk(state)
                 metrics = jax.device_get(metrics)
-                train_seconds += time.time() - chunk_start
-                previous, env_steps = env_steps, env_steps + env_steps_per_chunk
+                progress["train_seconds"] += time.time() - chunk_start
+                previous = progress["env_steps"]
+                env_steps = progress["env_steps"] = previous + env_steps_per_chunk
+                steps_per_second = num_seeds * env_steps / progress["train_seconds"]
                 last = chunk == num_chunks - 1
-                crossed = lambda every: env_steps // every > previous // every
+                crossed = lambda every: every > 0 and env_steps // every > previous // every
                 record = None
                 if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
-                    record = {"env_steps": env_steps, "wall_seconds": seconds(),
-                              "env_steps_per_second": num_seeds * env_steps / train_seconds}
+                    record = {"env_steps": env_steps, "wall_seconds": seconds(), "env_steps_per_second": steps_per_second}
                     record.update({k: float(np.mean(v)) for k, v in metrics.items()})
                 if crossed(train_cfg.eval_every) or last:
                     returns = evaluate_returns(state, chunk)
@@ -139,16 +166,21 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                     record.update({"eval/return": latest_eval, "eval/return_per_seed": returns.tolist()})
                 if record is not None:
                     loggers.log(record)
+                    progress["metrics_lines"] += 1
                     print_line(_format_line(record))
-                bar.update(env_steps, num_seeds * env_steps / train_seconds, latest_eval)
-                if tracker.all_solved:
-                    break
+                bar.update(env_steps, steps_per_second, latest_eval)
+                progress["chunk"] = chunk + 1
+                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved):
+                    checkpointer.save(env_steps, state, {**progress, "tracker": tracker.to_dict()})
     finally:
         loggers.close()
+        if checkpointer:
+            checkpointer.close()
 
+    env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
     summary = {
         "seeds": [
-            {"seed_index": i, "final_eval_return": float(tracker.returns[-1][i]),
+            {"seed_index": i, "final_eval_return": tracker.returns[-1][i],
              "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
             for i in range(num_seeds)
         ],
@@ -160,7 +192,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         "num_devices": mesh.size,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_learning_curve(tracker.env_steps, np.stack(tracker.returns), run_dir / "learning_curve.png",
+    plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
                         train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
     if algorithm.save_artifacts is not None:
         algorithm.save_artifacts(jax.device_get(state), run_dir)
