@@ -30,25 +30,25 @@ class DQNConfig:
     name: str = "dqn"
     num_envs: int = 8
     buffer_size: int = 50_000
-    batch_size: int = 64
+    batch_size: int = 128
     learning_starts: int = 1_000  # env steps before the first gradient step
-    train_every: int = 8  # env steps (over all envs) between training rounds; a multiple of num_envs
-    updates_per_train: int = 1
-    learning_rate: float = 1e-3
+    train_every: int = 256  # env steps (over all envs) between training rounds; a multiple of num_envs
+    updates_per_train: int = 64
+    learning_rate: float = 2.3e-3
     lr_decay_steps: int = 0  # gradient steps of a linear decay to 0; 0 keeps the rate constant
     max_grad_norm: float = 10.0
     discount: float = 0.99
-    n_step: int = 1
+    n_step: int = 3
     double_q: bool = True
     dueling: bool = False
     loss: str = "huber"
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
-    target_update_period: int = 250  # gradient steps between hard target copies (tau = 1)
+    target_update_period: int = 64  # gradient steps between hard target copies (tau = 1)
     tau: float = 1.0  # < 1: Polyak averaging at every gradient step instead
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_steps: int = 10_000  # env steps of the linear decay
+    epsilon_end: float = 0.04
+    epsilon_decay_steps: int = 8_000  # env steps of the linear decay
 
     def validate(self) -> None:
         for key in ("num_envs", "buffer_size", "batch_size", "train_every", "updates_per_train",

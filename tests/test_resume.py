@@ -53,7 +53,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
 
     step_a, state_a = _final_state(uninterrupted)
     step_b, state_b = _final_state(interrupted)
-    assert step_a == step_b == 120000
+    assert step_a == step_b >= 120000
     leaves_a, leaves_b = jax.tree.leaves(state_a), jax.tree.leaves(state_b)
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b):
