@@ -5,6 +5,7 @@
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -123,9 +124,14 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     evaluate = jax.jit(jax.vmap(make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)))
 
     compile_start = time.time()
-    state = init_all(jax.random.split(init_key, num_seeds))
-    run_chunk = make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(state).compile()
-    evaluate = evaluate.lower(state, jax.random.split(eval_root_key, num_seeds)).compile()
+    seed_keys = jax.random.split(init_key, num_seeds)
+    abstract_state = jax.eval_shape(init_all, seed_keys)
+    lowered = (init_all.lower(seed_keys), make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(abstract_state),
+               evaluate.lower(abstract_state, jax.random.split(eval_root_key, num_seeds)))
+    # XLA compiles outside the GIL: the three programs build side by side on the cores
+    with ThreadPoolExecutor(len(lowered)) as pool:
+        init_all, run_chunk, evaluate = pool.map(lambda program: program.compile(), lowered)
+    state = init_all(seed_keys)
     compile_seconds = time.time() - compile_start
 
     def evaluate_returns(state, index: int) -> np.ndarray:
