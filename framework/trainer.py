@@ -95,6 +95,38 @@ def _format_line(record: dict) -> str:
     return "  ".join(parts)
 
 
+def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
+                     seed_keys: jax.Array, eval_keys: jax.Array) -> tuple[Callable, Callable, Callable]:
+    """(init, run_chunk, evaluate) over all seeds, compiled ahead of time and side by side."""
+    init_all = jax.jit(jax.vmap(algorithm.init), out_shardings=NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)))
+    abstract_state = jax.eval_shape(init_all, seed_keys)
+    lowered = (init_all.lower(seed_keys),
+               make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(abstract_state),
+               jax.jit(jax.vmap(evaluate_one_seed)).lower(abstract_state, eval_keys))
+    # XLA compiles outside the GIL, so the three programs build on both cores at once
+    with ThreadPoolExecutor(len(lowered)) as pool:
+        return tuple(pool.map(lambda program: program.compile(), lowered))
+
+
+def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int) -> dict:
+    """summary.json: per-seed results and the run's speed (measured after compilation)."""
+    env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
+    num_seeds = len(tracker.solved_at_env_steps)
+    return {
+        "seeds": [
+            {"seed_index": i, "final_eval_return": tracker.returns[-1][i],
+             "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
+            for i in range(num_seeds)
+        ],
+        "env_steps": env_steps,
+        "env_steps_per_second": num_seeds * env_steps / train_seconds,
+        "env_steps_per_second_per_seed": env_steps / train_seconds,
+        "compile_seconds": compile_seconds,
+        "wall_seconds": wall_seconds,
+        "num_devices": num_devices,
+    }
+
+
 def keep_first_lines(path: Path, count: int) -> None:
     """Drop log lines written after the checkpoint a run resumes from."""
     if path.exists():
@@ -120,17 +152,11 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     env_steps_per_chunk = updates_per_chunk * algorithm.env_steps_per_update
     mesh = seed_mesh(num_seeds)
     init_key, eval_root_key = jax.random.split(jax.random.key(train_cfg.seed))
-    init_all = jax.jit(jax.vmap(algorithm.init), out_shardings=NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)))
-    evaluate = jax.jit(jax.vmap(make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)))
-
+    evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
     compile_start = time.time()
     seed_keys = jax.random.split(init_key, num_seeds)
-    abstract_state = jax.eval_shape(init_all, seed_keys)
-    lowered = (init_all.lower(seed_keys), make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(abstract_state),
-               evaluate.lower(abstract_state, jax.random.split(eval_root_key, num_seeds)))
-    # XLA compiles outside the GIL: the three programs build side by side on the cores
-    with ThreadPoolExecutor(len(lowered)) as pool:
-        init_all, run_chunk, evaluate = pool.map(lambda program: program.compile(), lowered)
+    init_all, run_chunk, evaluate = compile_programs(
+        algorithm, evaluate_one_seed, mesh, updates_per_chunk, seed_keys, jax.random.split(eval_root_key, num_seeds))
     state = init_all(seed_keys)
     compile_seconds = time.time() - compile_start
 
@@ -183,20 +209,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         if checkpointer:
             checkpointer.close()
 
-    env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
-    summary = {
-        "seeds": [
-            {"seed_index": i, "final_eval_return": tracker.returns[-1][i],
-             "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
-            for i in range(num_seeds)
-        ],
-        "env_steps": env_steps,
-        "env_steps_per_second": num_seeds * env_steps / train_seconds,
-        "env_steps_per_second_per_seed": env_steps / train_seconds,
-        "compile_seconds": compile_seconds,
-        "wall_seconds": seconds(),
-        "num_devices": mesh.size,
-    }
+    summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
                         train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
