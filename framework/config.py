@@ -60,6 +60,8 @@ class TrainConfig:
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in the run dir
+    # XLA programs cached on disk: a relaunch with the same shapes skips most of compilation
+    compilation_cache: Optional[str] = "~/.cache/lightspeed/xla"
 
     def validate(self) -> None:
         check_positive_int("seed", self.seed, minimum=0)

@@ -134,11 +134,22 @@ def keep_first_lines(path: Path, count: int) -> None:
         path.write_text("".join(lines))
 
 
+def use_compilation_cache(directory: Optional[str]) -> None:
+    """Keep compiled programs on disk (null: off); checked before anything compiles."""
+    if directory is None:
+        return
+    path = Path(directory).expanduser()
+    check_writable_dir(path, "compilation_cache")
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
     """Validate, build, compile and run; write metrics, summary, plots and checkpoints into `run_dir`."""
     launch_time = time.time() if launch_time is None else launch_time
     seconds = lambda: time.time() - launch_time
     train_cfg = validated(cfg)
+    use_compilation_cache(train_cfg.compilation_cache)
     env, env_params, algorithm = build(train_cfg)
     check_writable_dir(run_dir)
     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
