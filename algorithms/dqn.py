@@ -16,7 +16,8 @@ from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import epsilon_greedy
 from algorithms.common.networks import ACTIVATIONS, QNetwork
-from algorithms.common.targets import huber, n_step_transition, q_targets, squared
+from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.targets import huber, squared, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
 from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
@@ -73,19 +74,6 @@ class DQNConfig:
 
 
 @struct.dataclass
-class NStepWindow:
-    """The last n steps of every env, oldest first: [n, num_envs, ...]."""
-
-    obs: jax.Array
-    action: jax.Array
-    reward: jax.Array
-    terminated: jax.Array
-    truncated: jax.Array
-    next_obs: jax.Array
-    filled: jax.Array  # steps pushed so far, capped at n
-
-
-@struct.dataclass
 class DQNState:
     train_state: TrainState
     target_params: Any
@@ -101,33 +89,6 @@ class DQNState:
 def linear_epsilon(config: DQNConfig, env_steps: jax.Array) -> jax.Array:
     fraction = jnp.clip(env_steps / config.epsilon_decay_steps, 0.0, 1.0)
     return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
-
-
-def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:
-    """Drop the oldest step of each env's window and append the newest."""
-    shift = lambda old, new: jnp.concatenate([old[1:], new[None]], axis=0)
-    fields = {k: shift(getattr(window, k), v) for k, v in step.items()}
-    return NStepWindow(**fields, filled=jnp.minimum(window.filled + 1, n))
-
-
-def oldest_transition(window: NStepWindow, discount: float) -> dict:
-    """The replay item that starts at the window's oldest step, valid once the window is full."""
-    n_step_return, bootstrap_obs, bootstrap_discount = n_step_transition(
-        window.reward, window.terminated, window.truncated, window.next_obs, discount)
-    num_envs = window.reward.shape[1]
-    return {"obs": window.obs[0], "action": window.action[0], "n_step_return": n_step_return,
-            "bootstrap_obs": bootstrap_obs, "bootstrap_discount": bootstrap_discount,
-            "valid": jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,)).astype(jnp.float32)}
-
-
-def td_errors(params: Any, target_params: Any, batch: dict, network: QNetwork, double_q: bool) -> tuple[jax.Array, jax.Array]:
-    """(n-step double/plain Q target - Q(s, a), Q(s, a)) for a batch of replay items."""
-    q_values = network.apply(params, batch["obs"])
-    chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
-    online_next = network.apply(params, batch["bootstrap_obs"]) if double_q else None
-    targets = q_targets(batch["n_step_return"], batch["bootstrap_discount"],
-                        network.apply(target_params, batch["bootstrap_obs"]), online_next)
-    return jax.lax.stop_gradient(targets) - chosen, chosen
 
 
 def dqn_loss(params: Any, target_params: Any, batch: dict, network: QNetwork, double_q: bool,
@@ -161,9 +122,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
         params = network.init(net_key, obs)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
-        blank = lambda x, dtype=None: jnp.zeros((n, *x.shape), dtype or x.dtype)
-        window = NStepWindow(blank(obs), blank(obs[:, 0], jnp.int32), blank(obs[:, 0], jnp.float32),
-                             blank(obs[:, 0], bool), blank(obs[:, 0], bool), blank(obs), jnp.int32(0))
+        window = empty_window(obs, n)
         example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
         return DQNState(train_state, params, buffer.init(example), env_state, obs, window,
                         jnp.int32(0), jnp.int32(0), key)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from algorithms.common.networks import QNetwork
-from algorithms.dqn import DQNConfig, make_dqn, td_errors
+from algorithms.common.targets import td_errors
+from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
 from framework.errors import ConfigError
 

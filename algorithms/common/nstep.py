@@ -1,0 +1,43 @@
+"""Actor-side n-step transitions: a rolling window of the last n steps of every env."""
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from algorithms.common.targets import n_step_transition
+
+
+@struct.dataclass
+class NStepWindow:
+    """The last n steps of every env, oldest first: [n, num_envs, ...]."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_obs: jax.Array
+    filled: jax.Array  # steps pushed so far, capped at n
+
+
+def empty_window(obs: jax.Array, n: int) -> NStepWindow:
+    """A window for envs whose current observations are `obs` [num_envs, ...]."""
+    per_env = lambda dtype: jnp.zeros((n, obs.shape[0]), dtype)
+    no_obs = jnp.zeros((n, *obs.shape), obs.dtype)
+    return NStepWindow(no_obs, per_env(jnp.int32), per_env(jnp.float32), per_env(bool), per_env(bool), no_obs, jnp.int32(0))
+
+
+def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:
+    """Drop the oldest step of each env's window and append the newest."""
+    shift = lambda old, new: jnp.concatenate([old[1:], new[None]], axis=0)
+    fields = {k: shift(getattr(window, k), v) for k, v in step.items()}
+    return NStepWindow(**fields, filled=jnp.minimum(window.filled + 1, n))
+
+
+def oldest_transition(window: NStepWindow, discount: float) -> dict:
+    """The replay item that starts at the window's oldest step, valid once the window is full."""
+    n_step_return, bootstrap_obs, bootstrap_discount = n_step_transition(
+        window.reward, window.terminated, window.truncated, window.next_obs, discount)
+    num_envs = window.reward.shape[1]
+    return {"obs": window.obs[0], "action": window.action[0], "n_step_return": n_step_return,
+            "bootstrap_obs": bootstrap_obs, "bootstrap_discount": bootstrap_discount,
+            "valid": jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,)).astype(jnp.float32)}
