@@ -29,3 +29,9 @@ def epsilon_greedy(q_values: jax.Array, epsilon: jax.Array | float, uniform: jax
     exploit_uniform = (uniform - epsilon) / jnp.maximum(1.0 - epsilon, 1e-12)
     random_action = jnp.minimum(jnp.floor(explore_uniform * num_actions), num_actions - 1).astype(jnp.int32)
     return jnp.where(explore, random_action, greedy_with_random_ties(q_values, exploit_uniform))
+
+
+def actor_epsilons(num_actors: int, epsilon: float, alpha: float) -> jax.Array:
+    """Ape-X's ladder eps_i = eps^(1 + alpha * i / (N - 1)); a single actor uses eps."""
+    fractions = jnp.arange(num_actors) / max(num_actors - 1, 1)
+    return jnp.asarray(epsilon, jnp.float32) ** (1.0 + alpha * fractions)

@@ -1,0 +1,210 @@
+"""Ape-X (Horgan et al., 2018) in one program: a vmapped population of actors with an epsilon
+ladder writes n-step transitions with their own initial priorities into prioritised replay; the
+learner samples by priority, corrects with importance weights and writes back |TD error|.
+
+Actors act with a copy of the learner's parameters refreshed every `actor_sync_period` learner
+updates: the staleness is part of Ape-X.
+"""
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+from flax.training.train_state import TrainState
+
+from algorithms.common.exploration import actor_epsilons, epsilon_greedy
+from algorithms.common.networks import ACTIVATIONS, QNetwork
+from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay, rebuild_sum_tree
+from algorithms.common.targets import huber, td_errors
+from envs.wrappers import EpisodeStatistics
+from framework.algorithm import Algorithm
+from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.registry import register_algorithm
+
+PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
+
+
+@dataclasses.dataclass
+class ApexConfig:
+    name: str = "apex"
+    num_actors: int = 8
+    envs_per_actor: int = 4
+    rollout_length: int = 8  # steps of every env per iteration
+    actor_epsilon: float = 0.4
+    actor_alpha: float = 7.0
+    actor_sync_period: int = 16  # learner updates between refreshes of the actors' parameters
+    n_step: int = 3
+    discount: float = 0.99
+    buffer_size: int = 100_000
+    batch_size: int = 128
+    learning_starts: int = 2_000  # transitions in replay before the learner starts
+    learner_updates_per_iteration: int = 16
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 40.0
+    priority_alpha: float = 0.6
+    beta_start: float = 0.4
+    beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
+    target_update_period: int = 500
+    dueling: bool = True
+    double_q: bool = True
+    hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
+
+    def validate(self) -> None:
+        for key in ("num_actors", "envs_per_actor", "rollout_length", "actor_sync_period", "n_step", "buffer_size",
+                    "batch_size", "learner_updates_per_iteration", "beta_steps", "target_update_period"):
+            check_positive_int(f"algo.{key}", getattr(self, key))
+        check_positive_int("algo.learning_starts", self.learning_starts, minimum=0)
+        rows = self.num_actors * self.envs_per_actor
+        check(self.buffer_size >= rows * self.rollout_length, "algo.buffer_size", self.buffer_size,
+              f"at least num_actors * envs_per_actor * rollout_length ({rows * self.rollout_length})",
+              "one iteration's transitions must fit")
+        check(self.batch_size <= self.buffer_size, "algo.batch_size", self.batch_size,
+              f"at most algo.buffer_size ({self.buffer_size})", "a batch cannot be larger than the buffer")
+        check_number("algo.actor_epsilon", self.actor_epsilon, 0, 1)
+        check_number("algo.actor_alpha", self.actor_alpha, 0)
+        check_number("algo.discount", self.discount, 0, 1)
+        check_number("algo.learning_rate", self.learning_rate, 0, low_inclusive=False)
+        check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
+        check_number("algo.priority_alpha", self.priority_alpha, 0, low_inclusive=False)
+        check_number("algo.beta_start", self.beta_start, 0, 1)
+        check(len(self.hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes),
+              "algo.hidden_sizes", list(self.hidden_sizes), "a non-empty list of integers >= 1")
+        check_choice("algo.activation", self.activation, tuple(ACTIVATIONS))
+
+
+@struct.dataclass
+class ApexState:
+    train_state: TrainState
+    target_params: Any
+    actor_params: Any  # the actors' stale copy of the learner's parameters
+    replay_state: Any
+    env_state: Any
+    obs: jax.Array
+    window: NStepWindow
+    env_steps: jax.Array
+    learner_updates: jax.Array
+    key: jax.Array
+
+
+def annealed_beta(config: ApexConfig, learner_updates: jax.Array) -> jax.Array:
+    return config.beta_start + (1.0 - config.beta_start) * jnp.minimum(learner_updates / config.beta_steps, 1.0)
+
+
+def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q: bool) -> jax.Array:
+    """|TD error| + epsilon under the actor's own parameters; 0 for items of an unfilled window."""
+    errors, _ = td_errors(actor_params, actor_params, items, network, double_q)
+    return (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
+
+
+@register_algorithm("apex", config=ApexConfig)
+def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
+    if getattr(env, "observation_kind", None) == "cell":
+        raise ConfigError("env.observation", "cell", "one_hot (algo=apex feeds observations to a network)",
+                          "grid cells are indices, not features")
+    num_envs = config.num_actors * config.envs_per_actor
+    epsilons = np.asarray(actor_epsilons(config.num_actors, config.actor_epsilon, config.actor_alpha))
+    env_epsilons = jnp.repeat(jnp.asarray(epsilons), config.envs_per_actor)  # actor i owns envs i*E .. i*E+E-1
+    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling)
+    stats_env = EpisodeStatistics(env)
+    reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
+    step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
+    replay = make_prioritized_replay(config.buffer_size, num_envs, config.batch_size, config.priority_alpha)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+
+    def init(key: jax.Array) -> ApexState:
+        key, net_key, reset_key = jax.random.split(key, 3)
+        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
+        params = network.init(net_key, obs)
+        window = empty_window(obs, config.n_step)
+        example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
+        return ApexState(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params, params,
+                         replay.init(example), env_state, obs, window, jnp.int32(0), jnp.int32(0), key)
+
+    def actor_step(carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
+        """Every env of every actor steps once; the oldest n-step transitions get their priorities."""
+        actor_params, env_state, obs, window = carry
+        action_key, env_key = jax.random.split(key)
+        q_values = network.apply(actor_params, obs)
+        actions = epsilon_greedy(q_values, env_epsilons, jax.random.uniform(action_key, (num_envs,)))
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(
+            jax.random.split(env_key, num_envs), env_state, actions, env_params)
+        window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
+                               "truncated": truncated, "next_obs": info["final_observation"]}, config.n_step)
+        items = oldest_transition(window, config.discount)
+        priorities = actor_priorities(actor_params, items, network, config.double_q)
+        return (actor_params, env_state, next_obs, window), (items, priorities, info["returned_episode_return"])
+
+    def learner_step(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
+        """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
+        train_state, target_params, replay_state, num_items, learner_updates = carry
+        items, indices, probabilities = replay.sample(replay_state, key)
+        weights = importance_weights(probabilities, num_items, annealed_beta(config, learner_updates))
+
+        def loss_fn(params):
+            errors, chosen = td_errors(params, target_params, items, network, config.double_q)
+            return (weights * huber(errors)).mean(), (errors, chosen)
+
+        (loss, (errors, chosen)), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params)
+        train_state = train_state.apply_gradients(grads=grads)
+        replay_state = replay.set_priorities(replay_state, indices, jnp.abs(errors) + PRIORITY_EPSILON)
+        learner_updates = learner_updates + 1
+        copy = learner_updates % config.target_update_period == 0
+        target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), train_state.params, target_params)
+        stats = {"loss": loss, "q_mean": chosen.mean(), "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
+        return (train_state, target_params, replay_state, num_items, learner_updates), stats
+
+    def update(state: ApexState) -> tuple[ApexState, dict]:
+        key, rollout_key, learn_key = jax.random.split(state.key, 3)
+        carry = (state.actor_params, state.env_state, state.obs, state.window)
+        (_, env_state, obs, window), (items, priorities, episode_returns) = jax.lax.scan(
+            actor_step, carry, jax.random.split(rollout_key, config.rollout_length))
+        # [steps, envs, ...] -> [envs, steps, ...]: each env writes its own replay row
+        by_env = lambda x: jnp.swapaxes(x, 0, 1)
+        replay_state = replay.add(state.replay_state, jax.tree.map(by_env, items), by_env(priorities))
+        env_steps = state.env_steps + num_envs * config.rollout_length
+        num_items = jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32)
+
+        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates)
+        learned, stats = jax.lax.scan(learner_step, learn_carry,
+                                      jax.random.split(learn_key, config.learner_updates_per_iteration))
+        ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)
+        train_state, target_params, learned_replay, _, learner_updates = learned
+        train_state, target_params, learner_updates = keep(
+            (train_state, target_params, learner_updates), (state.train_state, state.target_params, state.learner_updates))
+        sum_tree = keep(learned_replay.sum_tree_state, replay_state.sum_tree_state)
+        # rebuilt from the leaves every iteration: the float32 tree never accumulates drift
+        replay_state = rebuild_sum_tree(replay_state.replace(sum_tree_state=sum_tree))
+        refresh = learner_updates // config.actor_sync_period > state.learner_updates // config.actor_sync_period
+        actor_params = jax.tree.map(lambda p, a: jnp.where(refresh, p, a), train_state.params, state.actor_params)
+
+        leaves = sum_tree.nodes[2**sum_tree.tree_depth - 1:]
+        stored = leaves > 0
+        stored_priorities = jnp.where(stored, leaves, 0.0) ** (1.0 / config.priority_alpha)
+        returns_per_actor = episode_returns[-1].reshape(config.num_actors, config.envs_per_actor).mean(axis=1)
+        metrics = {
+            "train/loss": jnp.where(ready, stats["loss"].mean(), jnp.nan),
+            "train/q_mean": jnp.where(ready, stats["q_mean"].mean(), jnp.nan),
+            "train/beta": annealed_beta(config, learner_updates),
+            "train/episode_return": episode_returns[-1].mean(),
+            "learner/updates": learner_updates.astype(jnp.float32),
+            "replay/size": num_items,
+            "replay/priority_mean": stored_priorities.sum() / jnp.maximum(stored.sum(), 1),
+            "replay/priority_max": stored_priorities.max(),
+            "replay/is_weight_min": jnp.where(ready, stats["is_weight_min"].min(), jnp.nan),
+            "replay/is_weight_mean": jnp.where(ready, stats["is_weight_mean"].mean(), jnp.nan),
+            **{f"actors/return_eps_{float(eps):.3g}": returns_per_actor[i] for i, eps in enumerate(epsilons)},
+        }
+        new_state = ApexState(train_state, target_params, actor_params, replay_state, env_state, obs, window,
+                              env_steps, learner_updates, key)
+        return new_state, metrics
+
+    def act(state: ApexState, obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
+
+    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length)
