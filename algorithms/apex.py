@@ -147,11 +147,13 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
 
         def loss_fn(params):
             errors, chosen = td_errors(params, target_params, items, network, config.double_q)
-            return (weights * huber(errors)).mean(), (errors, chosen)
+            return (weights * items["valid"] * huber(errors)).mean(), (errors, chosen)
 
         (loss, (errors, chosen)), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params)
         train_state = train_state.apply_gradients(grads=grads)
-        replay_state = replay.set_priorities(replay_state, indices, jnp.abs(errors) + PRIORITY_EPSILON)
+        # slots without a complete transition keep priority 0, so they are never drawn again
+        new_priorities = (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
+        replay_state = replay.set_priorities(replay_state, indices, new_priorities)
         learner_updates = learner_updates + 1
         copy = learner_updates % config.target_update_period == 0
         target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), train_state.params, target_params)

@@ -59,6 +59,8 @@ def test_importance_weights_by_hand():
     raw = np.array([(8 * 0.5) ** -0.5, (8 * 0.25) ** -0.5, (8 * 0.125) ** -0.5])
     np.testing.assert_allclose(weights, raw / raw.max(), rtol=1e-6)
     assert float(weights.max()) == 1.0
+    with_empty_slot = importance_weights(jnp.array([0.5, 0.0]), 8, 0.5)
+    np.testing.assert_allclose(with_empty_slot, [1.0, 0.0])
 
 
 def test_sampling_stays_faithful_after_a_million_priority_updates():

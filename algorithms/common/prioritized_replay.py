@@ -47,9 +47,14 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
 
 
 def importance_weights(probabilities: jax.Array, num_items: jax.Array, beta: jax.Array) -> jax.Array:
-    """w_i = (N * P(i))^-beta, divided by the batch's largest weight (Schaul et al., 2016)."""
-    weights = (num_items * probabilities) ** -beta
-    return weights / weights.max()
+    """w_i = (N * P(i))^-beta, divided by the batch's largest weight (Schaul et al., 2016).
+
+    An item drawn with probability 0 (float32 rounding at the edge of the tree can land on an
+    empty slot) gets weight 0 instead of an infinite one.
+    """
+    drawable = probabilities > 0
+    weights = jnp.where(drawable, (num_items * jnp.where(drawable, probabilities, 1.0)) ** -beta, 0.0)
+    return weights / jnp.maximum(weights.max(), 1e-30)
 
 
 def rebuild_sum_tree(state: Any) -> Any:
