@@ -42,7 +42,7 @@ class ApexConfig:
     buffer_size: int = 100_000
     batch_size: int = 128
     learning_starts: int = 2_000  # transitions in replay before the learner starts
-    learner_updates_per_iteration: int = 16
+    learner_updates_per_iteration: int = 64
     learning_rate: float = 1e-3
     max_grad_norm: float = 40.0
     priority_alpha: float = 0.6

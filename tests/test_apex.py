@@ -57,3 +57,15 @@ def test_config_checks():
         ApexConfig(buffer_size=100).validate()
     with pytest.raises(ConfigError, match=r"algo\.priority_alpha"):
         ApexConfig(priority_alpha=0.0).validate()
+
+
+@pytest.mark.slow
+def test_apex_solves_cartpole_on_four_seeds(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("algo=apex", "env=cartpole", "num_seeds=4", "target_return=475", run_dir=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    solved = [s["solved_at_env_steps"] for s in json.loads((tmp_path / "summary.json").read_text())["seeds"]]
+    assert all(steps is not None for steps in solved), solved
