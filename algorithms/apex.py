@@ -16,13 +16,13 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import actor_epsilons, epsilon_greedy
-from algorithms.common.networks import ACTIVATIONS, QNetwork
+from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay, rebuild_sum_tree
 from algorithms.common.targets import huber, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
-from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.errors import check, check_number, check_positive_int
 from framework.registry import register_algorithm
 
 PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
@@ -72,9 +72,7 @@ class ApexConfig:
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.priority_alpha", self.priority_alpha, 0, low_inclusive=False)
         check_number("algo.beta_start", self.beta_start, 0, 1)
-        check(len(self.hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes),
-              "algo.hidden_sizes", list(self.hidden_sizes), "a non-empty list of integers >= 1")
-        check_choice("algo.activation", self.activation, tuple(ACTIVATIONS))
+        check_network_config(self.hidden_sizes, self.activation)
 
 
 @struct.dataclass
@@ -103,9 +101,7 @@ def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q
 
 @register_algorithm("apex", config=ApexConfig)
 def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
-    if getattr(env, "observation_kind", None) == "cell":
-        raise ConfigError("env.observation", "cell", "one_hot (algo=apex feeds observations to a network)",
-                          "grid cells are indices, not features")
+    require_vector_observations(env, "apex")
     num_envs = config.num_actors * config.envs_per_actor
     epsilons = np.asarray(actor_epsilons(config.num_actors, config.actor_epsilon, config.actor_alpha))
     env_epsilons = jnp.repeat(jnp.asarray(epsilons), config.envs_per_actor)  # actor i owns envs i*E .. i*E+E-1
@@ -156,7 +152,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         replay_state = replay.set_priorities(replay_state, indices, new_priorities)
         learner_updates = learner_updates + 1
         copy = learner_updates % config.target_update_period == 0
-        target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), train_state.params, target_params)
+        target_params = select_tree(copy, train_state.params, target_params)
         stats = {"loss": loss, "q_mean": chosen.mean(), "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
         return (train_state, target_params, replay_state, num_items, learner_updates), stats
 
@@ -175,15 +171,15 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         learned, stats = jax.lax.scan(learner_step, learn_carry,
                                       jax.random.split(learn_key, config.learner_updates_per_iteration))
         ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)
         train_state, target_params, learned_replay, _, learner_updates = learned
-        train_state, target_params, learner_updates = keep(
-            (train_state, target_params, learner_updates), (state.train_state, state.target_params, state.learner_updates))
-        sum_tree = keep(learned_replay.sum_tree_state, replay_state.sum_tree_state)
+        train_state, target_params, learner_updates = select_tree(
+            ready, (train_state, target_params, learner_updates),
+            (state.train_state, state.target_params, state.learner_updates))
+        sum_tree = select_tree(ready, learned_replay.sum_tree_state, replay_state.sum_tree_state)
         # rebuilt from the leaves every iteration: the float32 tree never accumulates drift
         replay_state = rebuild_sum_tree(replay_state.replace(sum_tree_state=sum_tree))
         refresh = learner_updates // config.actor_sync_period > state.learner_updates // config.actor_sync_period
-        actor_params = jax.tree.map(lambda p, a: jnp.where(refresh, p, a), train_state.params, state.actor_params)
+        actor_params = select_tree(refresh, train_state.params, state.actor_params)
 
         leaves = sum_tree.nodes[2**sum_tree.tree_depth - 1:]
         stored = leaves > 0

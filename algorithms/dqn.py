@@ -15,12 +15,12 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import epsilon_greedy
-from algorithms.common.networks import ACTIVATIONS, QNetwork
+from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.targets import huber, squared, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
-from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.errors import check, check_choice, check_number, check_positive_int
 from framework.registry import register_algorithm
 
 LOSSES = {"huber": huber, "mse": squared}
@@ -65,9 +65,7 @@ class DQNConfig:
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.discount", self.discount, 0, 1)
         check_choice("algo.loss", self.loss, tuple(LOSSES))
-        check(len(self.hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes),
-              "algo.hidden_sizes", list(self.hidden_sizes), "a non-empty list of integers >= 1")
-        check_choice("algo.activation", self.activation, tuple(ACTIVATIONS))
+        check_network_config(self.hidden_sizes, self.activation)
         check_number("algo.tau", self.tau, 0, 1, low_inclusive=False)
         check_number("algo.epsilon_start", self.epsilon_start, 0, 1)
         check_number("algo.epsilon_end", self.epsilon_end, 0, 1)
@@ -101,9 +99,7 @@ def dqn_loss(params: Any, target_params: Any, batch: dict, network: QNetwork, do
 
 @register_algorithm("dqn", config=DQNConfig)
 def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
-    if getattr(env, "observation_kind", None) == "cell":
-        raise ConfigError("env.observation", "cell", "one_hot (algo=dqn feeds observations to a network)",
-                          "grid cells are indices, not features")
+    require_vector_observations(env, "dqn")
     num_envs, n = config.num_envs, config.n_step
     steps_per_update = config.train_every // num_envs
     network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling)
@@ -153,7 +149,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
             target_params = optax.incremental_update(train_state.params, target_params, config.tau)
         else:
             copy = gradient_steps % config.target_update_period == 0
-            target_params = jax.tree.map(lambda p, t: jnp.where(copy, p, t), train_state.params, target_params)
+            target_params = select_tree(copy, train_state.params, target_params)
         return (train_state, target_params, replay_state, gradient_steps), (loss, q_mean)
 
     def update(state: DQNState) -> tuple[DQNState, dict]:
@@ -170,8 +166,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         learned, (losses, q_means) = jax.lax.scan(
             gradient_step, learn_carry, jax.random.split(learn_key, config.updates_per_train))
         ready = buffer.can_sample(replay_state) & (env_steps >= config.learning_starts)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ready, a, b), new, old)
-        train_state, target_params, _, gradient_steps = keep(learned, learn_carry)
+        train_state, target_params, _, gradient_steps = select_tree(ready, learned, learn_carry)
 
         metrics = {
             "train/loss": jnp.where(ready, losses.mean(), jnp.nan),

@@ -1,12 +1,10 @@
-"""Shared test setup: repo root on the path, plugins registered, a tiny persistent XLA cache."""
+"""Shared test setup: repo root on the path, plugins registered, run.py and config helpers."""
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-import jax  # noqa: E402
 
 from framework.registry import load_plugins  # noqa: E402
 

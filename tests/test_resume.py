@@ -8,7 +8,6 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import pytest
 
 from conftest import ROOT, run_cli
 

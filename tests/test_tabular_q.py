@@ -1,5 +1,4 @@
 """Tabular Q-learning against value iteration, its targets by hand, and its exploration."""
-import json
 
 import jax
 import jax.numpy as jnp

@@ -1,9 +1,11 @@
-"""Flax Q-networks shared by DQN and Ape-X."""
-from typing import Sequence
+"""Flax Q-networks and the parameter plumbing shared by DQN and Ape-X."""
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from framework.errors import ConfigError, check, check_choice
 
 ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 
@@ -27,3 +29,22 @@ class QNetwork(nn.Module):
         value = nn.Dense(1)(features)
         advantages = nn.Dense(self.num_actions)(features)
         return value + advantages - advantages.mean(axis=-1, keepdims=True)
+
+
+def check_network_config(hidden_sizes: Sequence[int], activation: str) -> None:
+    """`algo.hidden_sizes` and `algo.activation` of any Q-network algorithm."""
+    check(len(hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in hidden_sizes),
+          "algo.hidden_sizes", list(hidden_sizes), "a non-empty list of integers >= 1")
+    check_choice("algo.activation", activation, tuple(ACTIVATIONS))
+
+
+def require_vector_observations(env: Any, algorithm: str) -> None:
+    """A network needs feature vectors: grid cells are indices (GridWorld offers one_hot)."""
+    if getattr(env, "observation_kind", None) == "cell":
+        raise ConfigError("env.observation", "cell", f"one_hot (algo={algorithm} feeds observations to a network)",
+                          "grid cells are indices, not features")
+
+
+def select_tree(condition: jax.Array, new: Any, old: Any) -> Any:
+    """`new` where `condition` holds, else `old`, leaf by leaf (a branch-free cond under vmap)."""
+    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
