@@ -3,7 +3,9 @@ ladder writes n-step transitions with their own initial priorities into prioriti
 learner samples by priority, corrects with importance weights and writes back |TD error|.
 
 Actors act with a copy of the learner's parameters refreshed every `actor_sync_period` learner
-updates: the staleness is part of Ape-X.
+updates: the staleness is part of Ape-X. Under several devices every device runs this whole loop
+(its own actors and replay shard) and the learners average their gradients, so a seed's
+parameters are the same on every device.
 """
 import dataclasses
 from typing import Any
@@ -23,6 +25,7 @@ from algorithms.common.targets import huber, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
 from framework.errors import check, check_number, check_positive_int
+from framework.parallel import device_index, mean_over_devices
 from framework.registry import register_algorithm
 
 PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
@@ -93,6 +96,18 @@ def annealed_beta(config: ApexConfig, learner_updates: jax.Array) -> jax.Array:
     return config.beta_start + (1.0 - config.beta_start) * jnp.minimum(learner_updates / config.beta_steps, 1.0)
 
 
+def learner_gradients(params: Any, target_params: Any, items: dict, weights: jax.Array, network: QNetwork,
+                      double_q: bool) -> tuple[tuple, Any]:
+    """Importance-weighted Huber loss and its gradient, averaged over all learners (devices)."""
+
+    def loss_fn(params):
+        errors, chosen = td_errors(params, target_params, items, network, double_q)
+        return (weights * items["valid"] * huber(errors)).mean(), (errors, chosen)
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return (loss, aux), mean_over_devices(grads)
+
+
 def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q: bool) -> jax.Array:
     """|TD error| + epsilon under the actor's own parameters; 0 for items of an unfilled window."""
     errors, _ = td_errors(actor_params, actor_params, items, network, double_q)
@@ -114,6 +129,8 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
 
     def init(key: jax.Array) -> ApexState:
         key, net_key, reset_key = jax.random.split(key, 3)
+        # one network init per seed, shared by its learners; envs, actors and sampling differ per device
+        key, reset_key = (jax.random.fold_in(k, device_index()) for k in (key, reset_key))
         obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
         params = network.init(net_key, obs)
         window = empty_window(obs, config.n_step)
@@ -141,11 +158,8 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         items, indices, probabilities = replay.sample(replay_state, key)
         weights = importance_weights(probabilities, num_items, annealed_beta(config, learner_updates))
 
-        def loss_fn(params):
-            errors, chosen = td_errors(params, target_params, items, network, config.double_q)
-            return (weights * items["valid"] * huber(errors)).mean(), (errors, chosen)
-
-        (loss, (errors, chosen)), grads = jax.value_and_grad(loss_fn, has_aux=True)(train_state.params)
+        (loss, (errors, chosen)), grads = learner_gradients(
+            train_state.params, target_params, items, weights, network, config.double_q)
         train_state = train_state.apply_gradients(grads=grads)
         # slots without a complete transition keep priority 0, so they are never drawn again
         new_priorities = (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
@@ -205,4 +219,4 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     def act(state: ApexState, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
 
-    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length)
+    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length, parallel_learners=True)

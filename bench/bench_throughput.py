@@ -1,7 +1,7 @@
 """Throughput and memory benchmarks: `python bench/bench_throughput.py [--quick] [--skip-memory | --memory]`.
 
 1. Tabular Q-learning agent-steps/s on the default gridworld, driven the way the trainer drives
-   it (jit(vmap(init)) onto the seed mesh, then a compiled `make_run_chunk`), next to a baseline
+   it (the trainer's seed-parallel init and run_chunk programs), next to a baseline
    written in the style of the seed article (per-agent keys split every step, `lax.cond`
    explore/exploit, `jax.random.choice` tie-breaks, a `fori_loop` that writes the whole Q-table
    into a [steps + 1, H, W, A] history every step, vmapped over agents).
@@ -158,19 +158,20 @@ def print_machine() -> None:
 def tabular_q_workload(num_agents: int, num_updates: int) -> Workload:
     """Our tabular Q, driven exactly as framework.trainer.train drives it (one seed)."""
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
 
     import envs
     from algorithms.tabular_q import TabularQConfig, make_tabular_q
-    from framework.trainer import DEVICE_AXIS, make_run_chunk, seed_mesh
+    from framework.evaluation import make_evaluate
+    from framework.parallel import make_mesh
+    from framework.trainer import seed_parallel_programs
 
     env, env_params = envs.make("gridworld")
     algo = make_tabular_q(TabularQConfig(num_agents=num_agents), env, env_params)
     num_seeds = 1
-    mesh = seed_mesh(num_seeds)
-    init_all = jax.jit(jax.vmap(algo.init), out_shardings=NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)))
-    state = init_all(jax.random.split(jax.random.key(0), num_seeds))
-    run = make_run_chunk(algo.update, mesh, num_updates).lower(state).compile()
+    evaluate = make_evaluate(env, env_params, algo.act, num_episodes=1)
+    programs = seed_parallel_programs(algo, evaluate, make_mesh(num_seeds, False, None), num_updates)
+    state = programs.init(jax.random.split(jax.random.key(0), num_seeds))
+    run = programs.run_chunk.lower(state).compile()
     # the state is donated and threaded through every call; the metrics come back each time
     call = lambda carry: run(carry[0])
     steps = num_seeds * num_updates * algo.env_steps_per_update
@@ -309,7 +310,7 @@ def bench_tabular_q(rounds: int, round_seconds: float) -> None:
         f"{rounds} interleaved rounds",
         ["agents", "K updates/call", "lightspeed", "seed-article style", "ref steps/call", "ref MB", "speedup"],
         rows)
-    print("   lightspeed: jit(vmap(init)) onto the seed mesh + make_run_chunk(update, mesh, K), as the trainer runs it")
+    print("   lightspeed: the trainer's seed-parallel init and run_chunk(K updates) programs, as train() runs them")
     print("   seed-article style: per-agent keys split every step, lax.cond explore/exploit, random.choice ties,")
     print("   fori_loop writing the full Q-table into a [steps+1, H, W, A] history each step, vmapped over agents;")
     print("   'ref MB' = output + temporaries of that compiled program (the history dominates).")

@@ -18,3 +18,6 @@ class Algorithm(NamedTuple):
     env_steps_per_update: int
     # Optional host-side outputs from the final states of all seeds, e.g. tables and plots.
     save_artifacts: Optional[Callable[[Any, Path], None]] = None
+    # True: one learner per device averaging gradients with framework.parallel.mean_over_devices;
+    # init and update then run inside the device axis (framework.parallel.device_index works).
+    parallel_learners: bool = False

@@ -4,11 +4,16 @@ The device state (params, optimizer, target, replay, env states, keys, counters)
 the host loop's own state (env steps, chunk, evaluation history, metrics lines written) goes
 beside it as JSON, so a resumed run continues exactly where the checkpoint was taken.
 """
+import json
 from pathlib import Path
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+from framework.parallel import to_host
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -28,28 +33,62 @@ def data_to_keys(restored: Any, template: Any) -> Any:
                         if _is_key(leaf) else data, restored, template)
 
 
+def _from_first_process(tree: Any) -> Any:
+    """Process 0's values of a host pytree on every process (the others pass same-shaped arrays)."""
+    if jax.process_count() == 1:
+        return tree
+    return multihost_utils.broadcast_one_to_all(tree)
+
+
+def _json_from_first_process(value: Any) -> Any:
+    encoded = np.frombuffer(json.dumps(value).encode(), np.uint8)
+    length = int(_from_first_process(np.int32(len(encoded))))
+    return json.loads(bytes(_from_first_process(np.resize(encoded, length))).decode())
+
+
 class Checkpointer:
-    """Saves synchronously (the next chunk donates the state's buffers) and keeps the newest few."""
+    """Saves synchronously (the next chunk donates the state's buffers) and keeps the newest few.
+
+    The state is gathered to host memory and only process 0 writes, so several hosts need no
+    shared filesystem; on resume process 0 reads and every process takes its devices' blocks.
+    """
 
     def __init__(self, run_dir: Path, keep: int):
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
-        self.manager = ocp.CheckpointManager((run_dir / CHECKPOINT_DIR).absolute(), options=options)
+        self.writer = jax.process_index() == 0
+        self.manager = None
+        if self.writer:
+            only_this_process = ocp.options.MultiprocessingOptions(primary_host=0, active_processes={0})
+            options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False, enable_async_checkpointing=False,
+                                                   multiprocessing_options=only_this_process)
+            directory = (run_dir / CHECKPOINT_DIR).absolute()
+            directory.mkdir(parents=True, exist_ok=True)  # Orbax cannot create it when limited to one process
+            self.manager = ocp.CheckpointManager(directory, options=options)
 
     def latest_step(self) -> Optional[int]:
-        return self.manager.latest_step()
+        return _json_from_first_process(self.manager.latest_step() if self.writer else None)
 
     def save(self, step: int, state: Any, host_state: dict) -> None:
-        args = ocp.args.Composite(state=ocp.args.StandardSave(keys_to_data(state)), host=ocp.args.JsonSave(host_state))
-        self.manager.save(step, args=args, force=True)
-        self.manager.wait_until_finished()
+        host_arrays = to_host(keys_to_data(state))
+        if self.writer:
+            args = ocp.args.Composite(state=ocp.args.StandardSave(host_arrays), host=ocp.args.JsonSave(host_state))
+            self.manager.save(step, args=args, force=True)
+            self.manager.wait_until_finished()
 
     def restore_latest(self, template: Any) -> tuple[Any, dict]:
         """The newest checkpoint's state (shaped and sharded like `template`) and host state."""
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, keys_to_data(template))
-        step = self.manager.latest_step()
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), host=ocp.args.JsonRestore()))
-        return data_to_keys(restored["state"], template), dict(restored["host"])
+        template_data = keys_to_data(template)
+        host_arrays = jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), template_data)
+        host_state = None
+        if self.writer:
+            restored = self.manager.restore(self.manager.latest_step(), args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(host_arrays), host=ocp.args.JsonRestore()))
+            host_arrays, host_state = jax.tree.map(np.asarray, restored["state"]), dict(restored["host"])
+        host_arrays = _from_first_process(host_arrays)
+        on_devices = jax.tree.map(
+            lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: data[index]),
+            host_arrays, template_data)
+        return data_to_keys(on_devices, template), _json_from_first_process(host_state)
 
     def close(self) -> None:
-        self.manager.close()
+        if self.manager is not None:
+            self.manager.close()

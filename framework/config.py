@@ -46,12 +46,37 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass
+class DistributedConfig:
+    """Several processes (hosts) joined by `jax.distributed.initialize`; one process: nothing to do."""
+
+    name: str = "auto"
+    coordinator_address: Optional[str] = None  # host:port of process 0, reachable from every process
+    num_processes: int = 1
+    process_id: int = 0
+    initialization_timeout: int = 120  # seconds to wait for every process to join
+
+    def validate(self) -> None:
+        check_positive_int("distributed.num_processes", self.num_processes)
+        check_positive_int("distributed.process_id", self.process_id, minimum=0)
+        check_positive_int("distributed.initialization_timeout", self.initialization_timeout)
+        check(self.process_id < self.num_processes, "distributed.process_id", self.process_id,
+              f"0 .. distributed.num_processes - 1 ({self.num_processes - 1})")
+        if self.num_processes > 1:
+            address = self.coordinator_address or ""
+            host, _, port = address.rpartition(":")
+            check(bool(host) and port.isdigit(), "distributed.coordinator_address", self.coordinator_address,
+                  "host:port of process 0 (or the LIGHTSPEED_COORDINATOR environment variable)")
+
+
+@dataclasses.dataclass
 class TrainConfig:
     algo: Any = MISSING
     env: Any = MISSING
     logger: LoggerConfig = MISSING
+    distributed: DistributedConfig = MISSING
     seed: int = 0
     num_seeds: int = 1  # independent runs vmapped in one program
+    num_devices: Optional[int] = None  # devices to run on (null: all that JAX sees, on every process)
     total_env_steps: int = 100_000  # per seed, over all of its envs
     eval_every: int = 10_000
     eval_episodes: int = 16
@@ -66,6 +91,8 @@ class TrainConfig:
     def validate(self) -> None:
         check_positive_int("seed", self.seed, minimum=0)
         check_positive_int("num_seeds", self.num_seeds)
+        if self.num_devices is not None:
+            check_positive_int("num_devices", self.num_devices)
         for key in ("total_env_steps", "eval_every", "eval_episodes", "log_every"):
             check_positive_int(key, getattr(self, key))
         if self.target_return is not None:
@@ -79,6 +106,7 @@ def register_schemas() -> None:
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(group="schema/logger", name="logger", node=LoggerConfig)
+    store.store(group="schema/distributed", name="distributed", node=DistributedConfig)
     for group, kind in (("env", "env"), ("algo", "algo")):
         for name in registry.known(kind):
             config_class = registry.lookup(kind, name).config_class
@@ -105,6 +133,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
         entry = registry.lookup(group, cfg[group].get("name"))
         check_known_keys(cfg[group], entry.config_class, f"{group}.")
     check_known_keys(cfg.logger, LoggerConfig, "logger.")
+    check_known_keys(cfg.distributed, DistributedConfig, "distributed.")
     check_known_keys(cfg.checkpoint, CheckpointConfig, "checkpoint.")
     train = _as_object(cfg)
     for group in ("env", "algo"):
@@ -114,6 +143,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
               f"the name of the selected {group} option ({', '.join(registry.known(group))})")
     train.validate()
     train.logger.validate()
+    train.distributed.validate()
     train.env.validate()
     train.algo.validate()
     return train
@@ -129,4 +159,4 @@ def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, i
     return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))
 
 
-__all__ = ["ConfigError", "CheckpointConfig", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]
+__all__ = ["ConfigError", "CheckpointConfig", "DistributedConfig", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]

@@ -1,18 +1,20 @@
 """The training loop: one compiled program per chunk of updates, the host only between chunks.
 
     run_chunk = jit(shard_map(scan(vmap_over_seeds(algorithm.update), K)))
+
+The shard_map's device axis splits the seeds, or (learner-parallel algorithms) holds one learner
+per device; see framework/parallel.py.
 """
 import json
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 from omegaconf import DictConfig, OmegaConf
 
 from framework import registry
@@ -21,34 +23,63 @@ from framework.config import TrainConfig, chunk_updates, validated
 from framework.checkpoint import CHECKPOINT_DIR, Checkpointer
 from framework.errors import ConfigError, check_writable_dir
 from framework.evaluation import make_evaluate
-from framework.loggers import make_loggers
+from framework.loggers import Loggers, make_loggers
 from framework.plots import plot_learning_curve
+from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distributed, is_writer, make_mesh,
+                                 to_host)
 from framework.progress import ProgressBar, print_line
 
-DEVICE_AXIS = "device"
+def _on_this_device(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[0], tree)  # a learner's block of the [device, seed, ...] state
 
 
-def seed_mesh(num_seeds: int) -> Mesh:
-    """Seeds are independent, so they split across as many devices as divide them evenly."""
-    devices = jax.devices()
-    return Mesh(np.array(devices[: math.gcd(num_seeds, len(devices))]), (DEVICE_AXIS,))
+def _stacked(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[None], tree)
 
 
-def make_run_chunk(update: Callable, mesh: Mesh, num_updates: int) -> Callable:
-    """jit(shard_map(scan(vmap(update)))): `num_updates` updates of every seed, metrics of the last."""
-    update_all_seeds = jax.vmap(update)
+def run_updates(update_all_seeds: Callable, state: Any, num_updates: int) -> tuple[Any, Any]:
+    """`num_updates` updates of every seed in one scan; the metrics of the last one."""
+    _, metrics_shape = jax.eval_shape(update_all_seeds, state)
+    no_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
+    step = lambda carry, _: (update_all_seeds(carry[0]), None)
+    (state, metrics), _ = jax.lax.scan(step, (state, no_metrics), length=num_updates)
+    return state, metrics
 
-    def run_on_device(state):
-        _, metrics_shape = jax.eval_shape(update_all_seeds, state)
-        no_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
-        step = lambda carry, _: (update_all_seeds(carry[0]), None)
-        (state, metrics), _ = jax.lax.scan(step, (state, no_metrics), length=num_updates)
-        return state, metrics
 
+class Programs(NamedTuple):
+    """The three jitted programs of a run, over all seeds (and learners)."""
+
+    init: Callable  # seed keys [S] -> state
+    run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
+    evaluate: Callable  # (state, eval keys [S]) -> returns [(device,) S, episodes]
+
+
+def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
+    """Independent seeds split over the devices: state [seed, ...]."""
     seeds = PartitionSpec(DEVICE_AXIS)
-    # check_vma=False: algorithms stay free of device-axis type annotations on their scan carries
-    on_devices = jax.shard_map(run_on_device, mesh=mesh, in_specs=seeds, out_specs=seeds, check_vma=False)
-    return jax.jit(on_devices, donate_argnums=0)
+    on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=seeds, check_vma=False)
+    chunk = lambda state: run_updates(jax.vmap(algorithm.update), state, num_updates)
+    return Programs(jax.jit(on_mesh(jax.vmap(algorithm.init), seeds)),
+                    # check_vma=False: algorithms stay free of device-axis type annotations on their scan carries
+                    jax.jit(on_mesh(chunk, seeds), donate_argnums=0),
+                    jax.jit(on_mesh(jax.vmap(evaluate_one_seed), (seeds, seeds))))
+
+
+def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
+    """Every device runs every seed's learner and actors: state [device, seed, ...]."""
+    devices, everywhere = PartitionSpec(DEVICE_AXIS), PartitionSpec()
+    on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=devices, check_vma=False)
+    init = lambda keys: _stacked(jax.vmap(algorithm.init)(keys))
+    chunk = lambda state: _stacked(run_updates(jax.vmap(algorithm.update), _on_this_device(state), num_updates))
+    # the parameters are the same on every device, so every device evaluates with the same keys
+    evaluate = lambda state, keys: _stacked(jax.vmap(evaluate_one_seed)(_on_this_device(state), keys))
+    return Programs(jax.jit(on_mesh(init, everywhere)), jax.jit(on_mesh(chunk, devices), donate_argnums=0),
+                    jax.jit(on_mesh(evaluate, (devices, everywhere))))
+
+
+def per_seed(values: np.ndarray, learners: bool) -> np.ndarray:
+    """Host values [seed, ...]: learner-parallel runs average their devices' actors and learners."""
+    return values.mean(axis=0) if learners else values
 
 
 def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
@@ -96,16 +127,16 @@ def _format_line(record: dict) -> str:
 
 
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
-                     seed_keys: jax.Array, eval_keys: jax.Array) -> tuple[Callable, Callable, Callable]:
-    """(init, run_chunk, evaluate) over all seeds, compiled ahead of time and side by side."""
-    init_all = jax.jit(jax.vmap(algorithm.init), out_shardings=NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)))
-    abstract_state = jax.eval_shape(init_all, seed_keys)
-    lowered = (init_all.lower(seed_keys),
-               make_run_chunk(algorithm.update, mesh, updates_per_chunk).lower(abstract_state),
-               jax.jit(jax.vmap(evaluate_one_seed)).lower(abstract_state, eval_keys))
+                     seed_keys: jax.Array, eval_keys: jax.Array) -> Programs:
+    """The run's programs for its layout, compiled ahead of time and side by side."""
+    make = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
+    programs = make(algorithm, evaluate_one_seed, mesh, updates_per_chunk)
+    abstract_state = jax.eval_shape(programs.init, seed_keys)
+    lowered = (programs.init.lower(seed_keys), programs.run_chunk.lower(abstract_state),
+               programs.evaluate.lower(abstract_state, eval_keys))
     # XLA compiles outside the GIL, so the three programs build on both cores at once
     with ThreadPoolExecutor(len(lowered)) as pool:
-        return tuple(pool.map(lambda program: program.compile(), lowered))
+        return Programs(*pool.map(lambda program: program.compile(), lowered))
 
 
 def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int) -> dict:
@@ -145,35 +176,44 @@ def use_compilation_cache(directory: Optional[str]) -> None:
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
-    """Validate, build, compile and run; write metrics, summary, plots and checkpoints into `run_dir`."""
+    """Validate, build, compile and run; write metrics, summary, plots and checkpoints into `run_dir`.
+
+    Under several processes every process runs the same loop on its devices; the first one alone writes.
+    """
     launch_time = time.time() if launch_time is None else launch_time
     seconds = lambda: time.time() - launch_time
     train_cfg = validated(cfg)
+    initialize_distributed(train_cfg.distributed)
+    check_num_devices(train_cfg.num_devices)
     use_compilation_cache(train_cfg.compilation_cache)
     env, env_params, algorithm = build(train_cfg)
+    writer = is_writer()
     check_writable_dir(run_dir)
     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
     if train_cfg.resume and checkpointer.latest_step() is None:
         raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if writer:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
-    num_seeds = train_cfg.num_seeds
-    updates_per_chunk, num_chunks = chunk_updates(train_cfg, algorithm.env_steps_per_update)
-    env_steps_per_chunk = updates_per_chunk * algorithm.env_steps_per_update
-    mesh = seed_mesh(num_seeds)
+    num_seeds, learners = train_cfg.num_seeds, algorithm.parallel_learners
+    mesh = make_mesh(num_seeds, learners, train_cfg.num_devices)
+    # learners add their devices' actors to the population: every update steps all of their envs
+    env_steps_per_update = algorithm.env_steps_per_update * (mesh.size if learners else 1)
+    updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
+    env_steps_per_chunk = updates_per_chunk * env_steps_per_update
     init_key, eval_root_key = jax.random.split(jax.random.key(train_cfg.seed))
     evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
     compile_start = time.time()
     seed_keys = jax.random.split(init_key, num_seeds)
-    init_all, run_chunk, evaluate = compile_programs(
-        algorithm, evaluate_one_seed, mesh, updates_per_chunk, seed_keys, jax.random.split(eval_root_key, num_seeds))
-    state = init_all(seed_keys)
+    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, seed_keys,
+                                jax.random.split(eval_root_key, num_seeds))
+    state = programs.init(seed_keys)
     compile_seconds = time.time() - compile_start
 
     def evaluate_returns(state, index: int) -> np.ndarray:
         keys = jax.random.split(jax.random.fold_in(eval_root_key, index), num_seeds)
-        return np.asarray(jax.device_get(evaluate(state, keys))).mean(axis=1)
+        return per_seed(to_host(programs.evaluate(state, keys)), learners).mean(axis=-1)
 
     tracker = SolveTracker(num_seeds, train_cfg.target_return)
     progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}
@@ -181,17 +221,18 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         state, saved = checkpointer.restore_latest(state)
         tracker.load(saved.pop("tracker"))
         progress = saved
-        keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group)
+        if writer:
+            keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
+    loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
     try:
-        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress) as bar:
+        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar:
             for chunk in range(progress["chunk"], num_chunks):
                 if tracker.all_solved:
                     break
                 chunk_start = time.time()
-                state, metrics = run_chunk(state)
-                metrics = jax.device_get(metrics)
+                state, metrics = programs.run_chunk(state)
+                metrics = to_host(metrics)
                 progress["train_seconds"] += time.time() - chunk_start
                 previous = progress["env_steps"]
                 env_steps = progress["env_steps"] = previous + env_steps_per_chunk
@@ -210,7 +251,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 if record is not None:
                     loggers.log(record)
                     progress["metrics_lines"] += 1
-                    print_line(_format_line(record))
+                    if writer:
+                        print_line(_format_line(record))
                 bar.update(env_steps, steps_per_second, latest_eval)
                 progress["chunk"] = chunk + 1
                 if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved):
@@ -221,9 +263,12 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
             checkpointer.close()
 
     summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
-                        train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+    if writer:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
+                            train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
     if algorithm.save_artifacts is not None:
-        algorithm.save_artifacts(jax.device_get(state), run_dir)
+        final_state = to_host(state)
+        if writer:
+            algorithm.save_artifacts(_on_this_device(final_state) if learners else final_state, run_dir)
     return summary

@@ -9,6 +9,9 @@ from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
 from envs import make
 from framework.errors import ConfigError
+from framework.evaluation import make_evaluate
+from framework.parallel import make_mesh
+from framework.trainer import learner_parallel_programs
 
 
 def test_epsilon_ladder_values():
@@ -38,10 +41,13 @@ def test_one_program_trains_and_syncs_the_actors():
     config = ApexConfig(num_actors=3, envs_per_actor=2, rollout_length=4, buffer_size=512, batch_size=16,
                         learning_starts=25, learner_updates_per_iteration=4, actor_sync_period=4)
     algorithm = make_apex(config, env, params)
-    run = jax.jit(lambda key: jax.lax.scan(lambda state, _: algorithm.update(state), algorithm.init(key), length=6))
+    evaluate = make_evaluate(env, params, algorithm.act, num_episodes=2)
+    programs = learner_parallel_programs(algorithm, evaluate, make_mesh(1, True, 1), num_updates=6)
+    one_learner = lambda tree: jax.tree.map(lambda x: x[0, 0], tree)  # [device, seed, ...] -> one seed's
+    run = lambda key: jax.tree.map(one_learner, programs.run_chunk(programs.init(key[None])))
     state, metrics = run(jax.random.key(0))
     assert int(state.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
-    assert np.isfinite(metrics["train/loss"][-1]) and set(k for k in metrics if k.startswith("actors/")) == {
+    assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
         f"actors/return_eps_{eps:.3g}" for eps in np.asarray(actor_epsilons(3, 0.4, 7.0))}
     for actor, learner in zip(jax.tree.leaves(state.actor_params), jax.tree.leaves(state.train_state.params)):
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4

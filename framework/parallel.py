@@ -1,0 +1,73 @@
+"""Devices and processes: the mesh the trainer runs on and the collectives a learner may use.
+
+Two layouts share one device axis:
+- seed-parallel (tabular Q, DQN): the seeds are split over the devices; no algorithm code sees
+  the axis.
+- learner-parallel (Ape-X): every device holds a full copy of every seed (its own actors and
+  replay shard) and the learners average their gradients with `mean_over_devices`, so the
+  parameters stay identical on all devices. The state is laid out [device, seed, ...].
+"""
+import math
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh
+
+from framework.config import DistributedConfig
+from framework.errors import ConfigError, check
+
+DEVICE_AXIS = "device"
+
+
+def device_index() -> jax.Array:
+    """Which learner this is (0 .. devices-1); only inside the trainer's learner-parallel program."""
+    return jax.lax.axis_index(DEVICE_AXIS)
+
+
+def mean_over_devices(tree: Any) -> Any:
+    """The average over all learners (gradients); only inside the trainer's learner-parallel program."""
+    return jax.lax.pmean(tree, DEVICE_AXIS)
+
+
+def make_mesh(num_seeds: int, learners: bool, num_devices: Optional[int]) -> Mesh:
+    """Learners use every chosen device; independent seeds use as many as divide them evenly."""
+    devices = jax.devices()[: num_devices or jax.device_count()]
+    if not learners:
+        devices = devices[: math.gcd(num_seeds, len(devices))]
+    return Mesh(np.array(devices), (DEVICE_AXIS,))
+
+
+def check_num_devices(num_devices: Optional[int]) -> None:
+    if num_devices is None:
+        return
+    available = jax.device_count()
+    check(num_devices <= available, "num_devices", num_devices, f"at most the {available} devices JAX sees (null: all)",
+          "set XLA_FLAGS=--xla_force_host_platform_device_count=N for N CPU devices")
+
+
+def to_host(tree: Any) -> Any:
+    """Numpy copies of (possibly multi-process) global arrays, on every process."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def is_writer() -> bool:
+    """Only the first process writes logs, checkpoints, plots and W&B."""
+    return jax.process_index() == 0
+
+
+def initialize_distributed(config: DistributedConfig) -> None:
+    """Join the cluster before any JAX computation; CPU collectives between processes use gloo."""
+    if config.num_processes == 1 or jax.distributed.is_initialized():
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
+                                   initialization_timeout=config.initialization_timeout)
+    except Exception as error:  # the coordinator's own message says which process or port failed
+        raise ConfigError("distributed.coordinator_address", config.coordinator_address,
+                          f"an address where all {config.num_processes} processes meet", str(error).splitlines()[0]) from None
+

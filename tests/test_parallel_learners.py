@@ -1,0 +1,73 @@
+"""Ape-X learners across devices (forced CPU devices) and across two processes on 127.0.0.1."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from conftest import ROOT
+
+FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+SHORT_APEX = ("algo=apex", "env=cartpole", "algo.num_actors=2", "algo.envs_per_actor=4", "algo.learning_starts=64",
+              "algo.learner_updates_per_iteration=4", "total_env_steps=2048", "eval_every=1024", "log_every=1024",
+              "eval_episodes=2", "checkpoint.every=1024", "compilation_cache=null", "progress=false")
+
+
+@pytest.fixture(scope="module")
+def on_devices() -> dict:
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "apex_on_devices.py")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600, env={**os.environ, **FOUR_DEVICES})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("count", ["two", "four"])
+def test_parameters_bit_identical_on_every_device(on_devices, count):
+    run = on_devices[count]
+    assert run["shape"][:2] == [{"two": 2, "four": 4}[count], 2]  # [device, seed, ...]
+    assert run["learner_updates"] == [[20, 20]] * run["shape"][0]
+    assert run["params_spread"] == 0.0 and run["target_spread"] == 0.0
+    assert run["obs_spread"] > 0.0  # while every device's actors see their own episodes
+
+
+def test_two_device_update_matches_one_device_maths(on_devices):
+    math = on_devices["math"]
+    assert math["params_moved"] > 1e-3  # the comparison is of a real step
+    assert math["gradient_difference"] <= 1e-6 * max(1.0, math["gradient_scale"])
+    assert math["params_difference"] <= 1e-6
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _restore_params(run_dir):
+    import orbax.checkpoint as ocp
+
+    manager = ocp.CheckpointManager(run_dir / "checkpoints")
+    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    return state["train_state"]["params"]
+
+
+def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
+    cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{_free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
+    run_dirs = [tmp_path / f"process{i}" for i in range(2)]
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *SHORT_APEX, f"hydra.run.dir={run_dirs[i]}"],
+                                  cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    summary = json.loads((run_dirs[0] / "summary.json").read_text())
+    assert summary["num_devices"] == 2 and summary["env_steps"] == 2048
+    assert len((run_dirs[0] / "metrics.jsonl").read_text().splitlines()) == 2
+    assert not any((run_dirs[1] / name).exists() for name in ("metrics.jsonl", "summary.json", "checkpoints", "config.yaml"))
+    # process 0's checkpoint holds both processes' learners: [device, seed, ...], the same on each
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(_restore_params(run_dirs[0]))]
+    assert leaves[0].shape[0] == 2
+    for leaf in leaves:
+        np.testing.assert_array_equal(leaf[0], leaf[1])
