@@ -20,7 +20,7 @@ from flax.training.train_state import TrainState
 from algorithms.common.exploration import actor_epsilons, epsilon_greedy
 from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
-from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay, rebuild_sum_tree
+from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 from algorithms.common.targets import huber, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
@@ -45,13 +45,13 @@ class ApexConfig:
     buffer_size: int = 100_000
     batch_size: int = 128
     learning_starts: int = 2_000  # transitions in replay before the learner starts
-    learner_updates_per_iteration: int = 64
-    learning_rate: float = 1e-3
+    learner_updates_per_iteration: int = 16
+    learning_rate: float = 3e-3
     max_grad_norm: float = 40.0
     priority_alpha: float = 0.6
     beta_start: float = 0.4
     beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
-    target_update_period: int = 500
+    target_update_period: int = 125
     dueling: bool = True
     double_q: bool = True
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
@@ -190,8 +190,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
             ready, (train_state, target_params, learner_updates),
             (state.train_state, state.target_params, state.learner_updates))
         sum_tree = select_tree(ready, learned_replay.sum_tree_state, replay_state.sum_tree_state)
-        # rebuilt from the leaves every iteration: the float32 tree never accumulates drift
-        replay_state = rebuild_sum_tree(replay_state.replace(sum_tree_state=sum_tree))
+        replay_state = replay_state.replace(sum_tree_state=sum_tree)
         refresh = learner_updates // config.actor_sync_period > state.learner_updates // config.actor_sync_period
         actor_params = select_tree(refresh, train_state.params, state.actor_params)
 
@@ -219,4 +218,5 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     def act(state: ApexState, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
 
-    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length, parallel_learners=True)
+    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length,
+                     parallel_learners=True, counters=("learner/updates",))

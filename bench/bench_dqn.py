@@ -13,11 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from shared import SOLVE_HEADER, format_value, print_table, run_to_solve, solve_rows
+
 TARGET = 475.0
 
 # rl-baselines3-zoo, hyperparams/dqn.yml, CartPole-v1
@@ -61,18 +60,6 @@ print(json.dumps({"solved_at_env_steps": watcher.solved_at and watcher.solved_at
 '''
 
 
-def run_lightspeed(num_seeds: int) -> dict:
-    run_dir = Path(tempfile.mkdtemp(prefix="bench_dqn_"))
-    args = [sys.executable, str(REPO_ROOT / "run.py"), "algo=dqn", "env=cartpole", f"num_seeds={num_seeds}",
-            f"target_return={TARGET}", "total_env_steps=100000", "progress=false", f"hydra.run.dir={run_dir}",
-            "compilation_cache=null"]  # a cold start: compilation counts, as for the others
-    start = time.time()
-    subprocess.run(args, cwd=REPO_ROOT, check=True, capture_output=True)
-    wall = time.time() - start
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return {"summary": summary, "process_seconds": wall}
-
-
 def run_sb3(seed: int) -> dict:
     start = time.time()
     out = subprocess.run([sys.executable, "-c", SB3_CHILD, str(seed), str(SB3_STEPS), str(TARGET), json.dumps(SB3_ZOO)],
@@ -80,10 +67,6 @@ def run_sb3(seed: int) -> dict:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process_seconds"] = time.time() - start
     return result
-
-
-def fmt(value, spec=",.0f", missing="not solved") -> str:
-    return missing if value is None else format(value, spec)
 
 
 def main() -> None:
@@ -94,29 +77,16 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"DQN on CartPole-v1, solved = greedy evaluation return >= {TARGET:.0f}; seconds from launch\n")
-    light = run_lightspeed(args.seeds)
-    seeds = light["summary"]["seeds"]
-    solved = [s for s in seeds if s["solved_at_env_steps"] is not None]
-    rows = [["lightspeed (all seeds, one process)", f"{len(solved)}/{len(seeds)}",
-             fmt(max((s["solved_at_env_steps"] for s in solved), default=None)),
-             fmt(max((s["solved_at_seconds"] for s in solved), default=None) if len(solved) == len(seeds) else None, ".1f"),
-             f"{light['process_seconds']:.1f}", f"{light['summary']['compile_seconds']:.1f}"]]
-    for s in seeds:
-        rows.append([f"  seed {s['seed_index']}", "yes" if s["solved_at_env_steps"] is not None else "no",
-                     fmt(s["solved_at_env_steps"]), fmt(s["solved_at_seconds"], ".1f"), "", ""])
+    light = run_to_solve("algo=dqn", "env=cartpole", f"num_seeds={args.seeds}", f"target_return={TARGET}",
+                         "total_env_steps=100000")
+    rows = solve_rows("lightspeed (all seeds, one process)", light)
     if not args.skip_sb3:
         for seed in range(args.sb3_seeds):
             result = run_sb3(seed)
             rows.append([f"stable-baselines3 rl-zoo, seed {seed}", "yes" if result["solved_at_env_steps"] else "no",
-                         fmt(result["solved_at_env_steps"]), fmt(result["solved_at_seconds"], ".1f"),
+                         format_value(result["solved_at_env_steps"]), format_value(result["solved_at_seconds"], ".1f"),
                          f"{result['process_seconds']:.1f}", "-"])
-    header = ["run", "solved", "env steps to solve", "launch to solved [s]", "process [s]", "compile [s]"]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
-    print("  ".join("-" * w for w in widths))
-    for row in rows:
-        print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-
+    print_table("", SOLVE_HEADER, rows)
 
 if __name__ == "__main__":
     main()

@@ -12,11 +12,8 @@ Timings are the best of several interleaved rounds (A, B, A, B, ...): the machin
 noisy, so compare the ratios printed by one run rather than absolute numbers across runs.
 """
 import argparse
-import datetime
 import importlib.metadata
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from shared import REPO_ROOT, format_rate, print_machine, print_table
 
 GRID_AGENTS = (1, 30, 1024, 8192)
 CARTPOLE_ENVS = (1, 64, 1024, 16384)
@@ -99,58 +96,9 @@ def interleaved_best(workloads: Sequence[Workload], rounds: int, round_seconds: 
 
 # ----------------------------------------------------------------------------- formatting
 
-def format_rate(rate: Optional[float]) -> str:
-    if rate is None:
-        return "-"
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if rate >= scale:
-            return f"{rate / scale:,.2f}{unit}"
-    return f"{rate:,.0f}"
-
-
 def progress(message: str) -> None:
     """Progress goes to stderr, so `> results.txt` keeps only the tables."""
     print(f"[bench] {message}: done", file=sys.stderr, flush=True)
-
-
-def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """First column left-aligned, the others right-aligned, widths from the contents."""
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = str(cells[0]).ljust(widths[0])
-        rest = [str(cell).rjust(width) for cell, width in zip(cells[1:], widths[1:])]
-        return "  ".join([first, *rest])
-
-    print(f"\n{title}")
-    print(line(header))
-    print("  ".join("-" * width for width in widths))
-    for row in rows:
-        print(line(row))
-    sys.stdout.flush()
-
-
-def cpu_model() -> str:
-    try:
-        for text_line in Path("/proc/cpuinfo").read_text().splitlines():
-            if text_line.startswith("model name"):
-                return text_line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def print_machine() -> None:
-    import jax
-
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print("lightspeed throughput benchmark")
-    print(f"  date:    {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}")
-    print(f"  cpu:     {cpu_model()}")
-    print(f"  cores:   {os.cpu_count()} ({usable} usable by this process)")
-    print(f"  jax:     {jax.__version__} on {jax.default_backend()}, {len(jax.devices())} device(s)")
-    print(f"  python:  {platform.python_version()}")
-    sys.stdout.flush()
 
 
 # ----------------------------------------------------------------------------- 1. tabular Q
@@ -458,7 +406,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     rounds, round_seconds = (2, 0.4) if args.quick else (5, 1.0)
-    print_machine()
+    print_machine("lightspeed throughput benchmark")
     if not args.memory:
         bench_tabular_q(rounds, round_seconds)
         bench_cartpole(rounds, round_seconds)

@@ -21,3 +21,5 @@ class Algorithm(NamedTuple):
     # True: one learner per device averaging gradients with framework.parallel.mean_over_devices;
     # init and update then run inside the device axis (framework.parallel.device_index works).
     parallel_learners: bool = False
+    # Cumulative metrics (e.g. "learner/updates") the trainer also logs as "<name>_per_second".
+    counters: tuple[str, ...] = ()

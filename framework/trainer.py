@@ -243,6 +243,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
                     record = {"env_steps": env_steps, "wall_seconds": seconds(), "env_steps_per_second": steps_per_second}
                     record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+                    record.update({f"{k}_per_second": record[k] / progress["train_seconds"] for k in algorithm.counters})
                 if crossed(train_cfg.eval_every) or last:
                     returns = evaluate_returns(state, chunk)
                     tracker.record(env_steps, returns, seconds())

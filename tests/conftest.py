@@ -24,6 +24,15 @@ def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = Non
     return subprocess.run(args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def deterministic_metrics(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without what depends on the clock (wall_seconds, every *_per_second rate)."""
+    import json
+
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_seconds" and not k.endswith("_per_second")}
+            for line in lines]
+
+
 @pytest.fixture
 def cli():
     return run_cli

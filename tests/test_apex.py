@@ -1,4 +1,6 @@
-"""Ape-X: the epsilon ladder, actor-side priorities by hand, and one program that trains."""
+"""Ape-X: the epsilon ladder, actor-side priorities by hand, one program that trains, and learning."""
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 from algorithms.apex import ApexConfig, actor_priorities, make_apex
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
+from conftest import run_cli
 from envs import make
 from framework.errors import ConfigError
 from framework.evaluation import make_evaluate
@@ -65,13 +68,26 @@ def test_config_checks():
         ApexConfig(priority_alpha=0.0).validate()
 
 
-@pytest.mark.slow
-def test_apex_solves_cartpole_on_four_seeds(tmp_path):
-    import json
-
-    from conftest import run_cli
-
-    result = run_cli("algo=apex", "env=cartpole", "num_seeds=4", "target_return=475", run_dir=tmp_path, timeout=900)
+def _solved_at(tmp_path, *overrides):
+    """Env steps at which each seed of a run.py run first reached its target (None: never)."""
+    result = run_cli(*overrides, run_dir=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
-    solved = [s["solved_at_env_steps"] for s in json.loads((tmp_path / "summary.json").read_text())["seeds"]]
+    return [s["solved_at_env_steps"] for s in json.loads((tmp_path / "summary.json").read_text())["seeds"]]
+
+
+def test_apex_solves_cartpole_on_two_seeds(tmp_path):
+    solved = _solved_at(tmp_path, "algo=apex", "env=cartpole", "num_seeds=2", "target_return=475")
+    assert all(steps is not None for steps in solved), solved
+
+
+@pytest.mark.slow
+def test_apex_solves_cartpole_on_ten_seeds(tmp_path):
+    solved = _solved_at(tmp_path, "algo=apex", "env=cartpole", "num_seeds=10", "target_return=475")
+    assert all(steps is not None for steps in solved), solved
+
+
+@pytest.mark.slow
+def test_apex_solves_gridworld(tmp_path):
+    solved = _solved_at(tmp_path, "algo=apex", "env=gridworld", "env.observation=one_hot", "num_seeds=2",
+                        "target_return=1.0", "total_env_steps=100000")
     assert all(steps is not None for steps in solved), solved

@@ -3,19 +3,26 @@ import pytest
 
 from conftest import run_cli
 
+GRID = ["algo=tabular_q", "env=gridworld"]
 CASES = {
     "unknown algo lists the known ones": (["algo=nope"], ["algo='nope'", "unknown algo", "tabular_q"]),
     "unknown env lists the known ones": (["env=nope"], ["env='nope'", "unknown env", "cartpole, gridworld"]),
     "wrong type": (["num_seeds=abc"], ["num_seeds", "abc"]),
     "float for an int": (["total_env_steps=1e5"], ["total_env_steps"]),
-    "out of range": (["algo.epsilon=1.5"], ["algo.epsilon", "1.5", "<= 1"]),
+    "out of range": ([*GRID, "algo.epsilon=1.5"], ["algo.epsilon", "1.5", "<= 1"]),
     "not a number": (["algo.learning_rate=nan"], ["algo.learning_rate", "nan", "finite"]),
-    "zero size": (["algo.num_agents=0"], ["algo.num_agents", "0", ">= 1"]),
+    "zero size": ([*GRID, "algo.num_agents=0"], ["algo.num_agents", "0", ">= 1"]),
     "unknown key": (["algo.foo=1"], ["algo.foo"]),
-    "wall on the start cell": (["env.walls=[[7,11]]"], ["env.start", "[7, 11]", "wall"]),
-    "walls enclose the goal": (["env.walls=[[0,1],[1,0]]"], ["env.walls", "goal"]),
-    "cell outside the grid": (["env.goal=[8,0]"], ["env.goal", "[8, 0]"]),
-    "algorithm that cannot use the env": (["env=cartpole"], ["env", "cartpole", "tabular_q"]),
+    "wall on the start cell": ([*GRID, "env.walls=[[7,11]]"], ["env.start", "[7, 11]", "wall"]),
+    "walls enclose the goal": ([*GRID, "env.walls=[[0,1],[1,0]]"], ["env.walls", "goal"]),
+    "cell outside the grid": ([*GRID, "env.goal=[8,0]"], ["env.goal", "[8, 0]"]),
+    "algorithm that cannot use the env": (["algo=tabular_q", "env=cartpole"], ["env", "cartpole", "tabular_q"]),
+    "batch larger than the buffer": (["algo.batch_size=4096", "algo.buffer_size=2048"], ["algo.batch_size", "4096"]),
+    "more devices than exist": (["num_devices=3"], ["num_devices", "3", "at most the 1 devices"]),
+    "unknown distributed option": (["distributed=cloud"], ["distributed", "cloud", "auto, local"]),
+    "process id outside the cluster": (["distributed.num_processes=2", "distributed.process_id=2",
+                                        "distributed.coordinator_address=127.0.0.1:1234"], ["distributed.process_id", "2"]),
+    "cluster without a coordinator": (["distributed.num_processes=2"], ["distributed.coordinator_address", "host:port"]),
 }
 
 

@@ -4,16 +4,11 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import deterministic_metrics, run_cli
 
 TINY = ("algo=tabular_q", "env=gridworld", "algo.num_agents=4", "algo.steps_per_update=25", "num_seeds=2",
         "total_env_steps=4000", "eval_every=2000", "log_every=1000", "eval_episodes=4")
-WALL_CLOCK_KEYS = {"wall_seconds", "env_steps_per_second"}
 
-
-def _metrics(run_dir):
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK_KEYS} for line in lines]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +40,7 @@ def test_every_output_is_written(runs):
 
 
 def test_same_seed_gives_identical_metrics(runs):
-    assert _metrics(runs["first"]) == _metrics(runs["again"])
+    assert deterministic_metrics(runs["first"]) == deterministic_metrics(runs["again"])
     assert np.array_equal(np.load(runs["first"] / "q_table.npy"), np.load(runs["again"] / "q_table.npy"))
 
 
@@ -71,4 +66,4 @@ def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["num_devices"] == 2
     assert np.array_equal(np.load(tmp_path / "q_table.npy"), np.load(runs["first"] / "q_table.npy"))
-    assert _metrics(tmp_path) == _metrics(runs["first"])
+    assert deterministic_metrics(tmp_path) == deterministic_metrics(runs["first"])

@@ -54,20 +54,36 @@ def _restore_params(run_dir):
     return state["train_state"]["params"]
 
 
-def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
+def _run_cluster(run_dirs, *overrides):
+    """The same run.py command in two processes joined through the LIGHTSPEED_* variables."""
     cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{_free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
-    run_dirs = [tmp_path / f"process{i}" for i in range(2)]
-    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *SHORT_APEX, f"hydra.run.dir={run_dirs[i]}"],
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *SHORT_APEX, *overrides,
+                                   f"hydra.run.dir={run_dirs[i]}"],
                                   cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = [process.communicate(timeout=600) for process in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+
+
+def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
+    run_dirs = [tmp_path / f"process{i}" for i in range(2)]
+    _run_cluster(run_dirs)
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     assert summary["num_devices"] == 2 and summary["env_steps"] == 2048
-    assert len((run_dirs[0] / "metrics.jsonl").read_text().splitlines()) == 2
+    records = [json.loads(line) for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and records[-1]["learner/updates_per_second"] > 0
     assert not any((run_dirs[1] / name).exists() for name in ("metrics.jsonl", "summary.json", "checkpoints", "config.yaml"))
     # process 0's checkpoint holds both processes' learners: [device, seed, ...], the same on each
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(_restore_params(run_dirs[0]))]
     assert leaves[0].shape[0] == 2
     for leaf in leaves:
         np.testing.assert_array_equal(leaf[0], leaf[1])
+
+    # resumed: process 0 reads the checkpoint and hands process 1 its device's block
+    _run_cluster(run_dirs, "resume=true", "total_env_steps=3072")
+    assert len((run_dirs[0] / "metrics.jsonl").read_text().splitlines()) == 3
+    resumed = [np.asarray(leaf) for leaf in jax.tree.leaves(_restore_params(run_dirs[0]))]
+    for leaf, before in zip(resumed, leaves):
+        np.testing.assert_array_equal(leaf[0], leaf[1])
+        assert leaf.shape == before.shape
+    assert not (run_dirs[1] / "metrics.jsonl").exists()

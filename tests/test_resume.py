@@ -1,5 +1,5 @@
 """A run killed with SIGKILL and resumed ends bit-identical to one that was never interrupted."""
-import json
+import os
 import signal
 import subprocess
 import sys
@@ -8,12 +8,19 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, deterministic_metrics, run_cli
 
-RUN = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000", "eval_every=8000",
-       "eval_episodes=4", "checkpoint.every=4000", "checkpoint.keep=2", "algo.learning_starts=500")
-WALL_CLOCK_KEYS = {"wall_seconds", "env_steps_per_second"}
+DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000",
+                 "eval_every=8000", "eval_episodes=4", "checkpoint.every=4000", "checkpoint.keep=2",
+                 "algo.learning_starts=500")
+# learners on two forced devices: the checkpoint holds both devices' actors, replay shards and keys
+APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "num_seeds=1", "total_env_steps=122880", "log_every=4096",
+                    "eval_every=8192", "eval_episodes=4", "checkpoint.every=4096", "checkpoint.keep=2",
+                    "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
+RUNS = {"dqn": (DQN_TWO_SEEDS, {}),
+        "apex_two_devices": (APEX_TWO_DEVICES, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})}
 
 
 def _final_state(run_dir):
@@ -21,14 +28,11 @@ def _final_state(run_dir):
     return steps[-1], ocp.StandardCheckpointer().restore((run_dir / "checkpoints" / str(steps[-1]) / "state").absolute())
 
 
-def _metrics(run_dir):
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in WALL_CLOCK_KEYS} for line in lines]
 
-
-def _kill_after_first_checkpoint(run_dir):
-    args = [sys.executable, str(ROOT / "run.py"), *RUN, "progress=false", f"hydra.run.dir={run_dir}"]
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _kill_after_first_checkpoint(run_dir, overrides, env):
+    args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false", f"hydra.run.dir={run_dir}"]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **env})
     deadline = time.time() + 120
     checkpoints = run_dir / "checkpoints"
     while time.time() < deadline and process.poll() is None:
@@ -40,14 +44,16 @@ def _kill_after_first_checkpoint(run_dir):
     process.wait()
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path):
+@pytest.mark.parametrize("name", RUNS)
+def test_sigkill_then_resume_is_bit_identical(tmp_path, name):
+    overrides, env = RUNS[name]
     uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
-    result = run_cli(*RUN, run_dir=uninterrupted)
+    result = run_cli(*overrides, run_dir=uninterrupted, env=env)
     assert result.returncode == 0, result.stderr
 
-    _kill_after_first_checkpoint(interrupted)
+    _kill_after_first_checkpoint(interrupted, overrides, env)
     assert not (interrupted / "summary.json").exists()
-    result = run_cli(*RUN, "resume=true", run_dir=interrupted)
+    result = run_cli(*overrides, "resume=true", run_dir=interrupted, env=env)
     assert result.returncode == 0, result.stderr
 
     step_a, state_a = _final_state(uninterrupted)
@@ -57,7 +63,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b):
         np.testing.assert_array_equal(a, b)
-    assert _metrics(interrupted) == _metrics(uninterrupted)
+    assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):

@@ -1,9 +1,11 @@
-"""Prioritised replay on Flashbax 0.1.3, with explicit priorities and a drift-free sum tree.
+"""Prioritised replay on Flashbax 0.1.3's buffer state and sampler, with our own writes.
 
 Flashbax's `add` returns no indices and gives new items the maximum recorded priority truncated
-to an integer; its float32 sum tree drifts after very many priority updates (upstream issue 52).
-Here `add` computes where each item lands and sets its priority explicitly, and
-`rebuild_sum_tree` recomputes every inner node from the leaves.
+to an integer; its float32 sum tree drifts after very many priority updates (upstream issue 52);
+and on CPU it writes priorities one item at a time (a scan of B x depth scatters). Here `add`
+writes the items where Flashbax would and sets their priorities explicitly, and every priority
+write recomputes the touched ancestors as the sums of their two children, level by level for the
+whole batch: no drift can accumulate, and a batch costs `depth` vectorised steps.
 """
 from typing import Any, NamedTuple
 
@@ -30,20 +32,45 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
         max_length_time_axis=slots_per_row,
         priority_exponent=priority_exponent)
 
+    def set_priorities(state: Any, indices: jax.Array, priorities: jax.Array) -> Any:
+        """Raw priorities (the exponent applied here); an index drawn twice must carry one value."""
+        leaves = jnp.where(priorities > 0, priorities, 0.0) ** priority_exponent
+        return state.replace(sum_tree_state=set_leaves(state.sum_tree_state, indices, leaves))
+
     def add(state: Any, items: Any, priorities: jax.Array) -> Any:
         steps = priorities.shape[1]
         # items land at the write position of every row, one slot per step, wrapping around
         slots = (state.current_index + jnp.arange(steps)) % slots_per_row
+        experience = jax.tree.map(lambda stored, new: stored.at[:, slots].set(new), state.experience, items)
+        next_index = state.current_index + steps
+        state = state.replace(experience=experience, current_index=next_index % slots_per_row,
+                              is_full=state.is_full | (next_index >= slots_per_row),
+                              running_index=state.running_index + steps)
         indices = jnp.arange(rows)[:, None] * slots_per_row + slots[None, :]
-        state = buffer.add(state, items)
-        return buffer.set_priorities(state, indices.ravel(), priorities.ravel())
+        return set_priorities(state, indices.ravel(), priorities.ravel())
 
     def sample(state: Any, key: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
         batch = buffer.sample(state, key)
         items = jax.tree.map(lambda x: x[:, 0], batch.experience)  # drop the length-1 time axis
         return items, batch.indices, batch.probabilities
 
-    return PrioritizedReplay(buffer.init, add, sample, buffer.set_priorities, buffer.can_sample)
+    return PrioritizedReplay(buffer.init, add, sample, set_priorities, buffer.can_sample)
+
+
+def set_leaves(tree: Any, leaf_indices: jax.Array, values: jax.Array) -> Any:
+    """Leaves set, then every ancestor of them recomputed from its two children, one level at a time."""
+    nodes = tree.nodes
+    node = leaf_indices + 2**tree.tree_depth - 1  # flat heap layout: children of k are 2k+1, 2k+2
+    nodes = nodes.at[node].set(values)
+
+    def one_level_up(_, carry):
+        nodes, node = carry
+        node = (node - 1) // 2
+        # shared ancestors are written several times, always with the same sum
+        return nodes.at[node].set(nodes[2 * node + 1] + nodes[2 * node + 2]), node
+
+    nodes, _ = jax.lax.fori_loop(0, tree.tree_depth, one_level_up, (nodes, node))
+    return tree.replace(nodes=nodes)
 
 
 def importance_weights(probabilities: jax.Array, num_items: jax.Array, beta: jax.Array) -> jax.Array:
@@ -55,14 +82,3 @@ def importance_weights(probabilities: jax.Array, num_items: jax.Array, beta: jax
     drawable = probabilities > 0
     weights = jnp.where(drawable, (num_items * jnp.where(drawable, probabilities, 1.0)) ** -beta, 0.0)
     return weights / jnp.maximum(weights.max(), 1e-30)
-
-
-def rebuild_sum_tree(state: Any) -> Any:
-    """Every inner node recomputed from the leaves: removes the float32 drift of many updates."""
-    tree = state.sum_tree_state
-    level = tree.nodes[2**tree.tree_depth - 1:]
-    levels = [level]
-    for _ in range(tree.tree_depth):
-        level = level.reshape(-1, 2).sum(axis=1)
-        levels.append(level)
-    return state.replace(sum_tree_state=tree.replace(nodes=jnp.concatenate(levels[::-1])))
