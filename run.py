@@ -19,6 +19,10 @@ register_schemas()
 preflight(sys.argv[1:])
 
 
+class JobFailed(RuntimeError):
+    """One job of a multirun that stopped with a config error (already reported on stderr)."""
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from framework.trainer import train
@@ -26,11 +30,14 @@ def main(cfg: DictConfig) -> float | None:
     for noisy in ("jax", "absl"):  # Hydra sets the root logger to INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     hydra_cfg = HydraConfig.get()
-    sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode.name == "MULTIRUN" else None
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if multirun else None
     try:
         summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group)
     except ConfigError as error:
         print(error, file=sys.stderr)
+        if multirun:  # Hydra records the failed job, runs the others and exits non-zero at the end
+            raise JobFailed(f"job {hydra_cfg.job.num} failed: invalid config") from None
         sys.exit(2)
     return sum(s["final_eval_return"] for s in summary["seeds"]) / len(summary["seeds"])
 

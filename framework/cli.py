@@ -33,10 +33,10 @@ def _split_choices(value: str) -> list[str]:
 
 
 def check_group_choices(overrides: Sequence[str]) -> None:
-    """An unknown `algo=`, `env=`, `logger=` or `distributed=` option names the group and lists the known ones."""
+    """An unknown `algo=`, `env=`, `logger=`, `distributed=` or `+sweep=` option names the group and lists the known ones."""
     for override in overrides:
         group, separator, value = override.lstrip("+~").partition("=")
-        if not separator or group not in ("algo", "env", "logger", "distributed"):
+        if not separator or group not in ("algo", "env", "logger", "distributed", "sweep"):
             continue
         known = group_options(group)
         for choice in _split_choices(value):

@@ -29,10 +29,12 @@ class LoggerConfig:
     entity: Optional[str] = None
     group: Optional[str] = None  # defaults to the sweep's name under multirun
     mode: str = "auto"  # auto: online with WANDB_API_KEY, offline without
+    init_timeout: int = 30  # seconds an online init may take before the run falls back to offline
 
     def validate(self) -> None:
         check_choice("logger.mode", self.mode, WANDB_MODES)
         check(bool(self.project), "logger.project", self.project, "a non-empty W&B project name")
+        check_positive_int("logger.init_timeout", self.init_timeout)
 
 
 @dataclasses.dataclass

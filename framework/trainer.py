@@ -120,9 +120,14 @@ class SolveTracker:
             setattr(self, key, list(value))
 
 
+def rate_name(counter: str) -> str:
+    """"learner/updates" -> "perf/learner_updates_per_second"."""
+    return f"perf/{counter.replace('/', '_')}_per_second"
+
+
 def _format_line(record: dict) -> str:
-    parts = [f"env_steps={record['env_steps']:,}", f"steps/s={record['env_steps_per_second']:,.0f}"]
-    parts += [f"{k}={v:.4g}" for k, v in record.items() if "/" in k and isinstance(v, float)]
+    parts = [f"env_steps={record['env_steps']:,}", f"steps/s={record['perf/env_steps_per_second']:,.0f}"]
+    parts += [f"{k}={v:.4g}" for k, v in record.items() if "/" in k and not k.startswith("perf/") and isinstance(v, float)]
     return "  ".join(parts)
 
 
@@ -225,6 +230,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
             keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
     loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
+    summary = None
     try:
         with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar:
             for chunk in range(progress["chunk"], num_chunks):
@@ -241,9 +247,10 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 crossed = lambda every: every > 0 and env_steps // every > previous // every
                 record = None
                 if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
-                    record = {"env_steps": env_steps, "wall_seconds": seconds(), "env_steps_per_second": steps_per_second}
+                    record = {"env_steps": env_steps, "perf/wall_seconds": seconds(),
+                              "perf/env_steps_per_second": steps_per_second}
                     record.update({k: float(np.mean(v)) for k, v in metrics.items()})
-                    record.update({f"{k}_per_second": record[k] / progress["train_seconds"] for k in algorithm.counters})
+                    record.update({rate_name(k): record[k] / progress["train_seconds"] for k in algorithm.counters})
                 if crossed(train_cfg.eval_every) or last:
                     returns = evaluate_returns(state, chunk)
                     tracker.record(env_steps, returns, seconds())
@@ -258,12 +265,12 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 progress["chunk"] = chunk + 1
                 if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved):
                     checkpointer.save(env_steps, state, {**progress, "tracker": tracker.to_dict()})
+        summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size)
     finally:
-        loggers.close()
+        loggers.close(summary)
         if checkpointer:
             checkpointer.close()
 
-    summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size)
     if writer:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",

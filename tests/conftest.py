@@ -25,11 +25,11 @@ def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = Non
 
 
 def deterministic_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without what depends on the clock (wall_seconds, every *_per_second rate)."""
+    """metrics.jsonl without what depends on the clock (the perf/ namespace: wall seconds, rates)."""
     import json
 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_seconds" and not k.endswith("_per_second")}
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
             for line in lines]
 
 

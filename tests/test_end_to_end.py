@@ -30,7 +30,7 @@ def test_every_output_is_written(runs):
     assert np.load(run_dir / "q_table.npy").shape == (2, 4, 8, 12, 4)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [1000, 2000, 3000, 4000]
-    assert all("wall_seconds" in r and "train/episode_return" in r for r in records)
+    assert all("perf/wall_seconds" in r and "train/episode_return" in r for r in records)
     assert [("eval/return" in r) for r in records] == [False, True, False, True]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["seeds"]) == 2

@@ -3,7 +3,7 @@ import json
 import math
 
 from conftest import run_cli
-from framework.loggers import JsonlLogger
+from framework.loggers import JsonlLogger, final_summary
 
 
 def test_wandb_logger_goes_offline_without_an_api_key(tmp_path, monkeypatch):
@@ -14,6 +14,44 @@ def test_wandb_logger_goes_offline_without_an_api_key(tmp_path, monkeypatch):
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline W&B run was written"
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "wandb sync " + str(tmp_path / "wandb" / "offline-run-") in result.stderr
+
+
+def test_wandb_online_without_network_falls_back_to_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    fake_key = {"WANDB_API_KEY": "0" * 40}  # a key, but nothing reachable to check it with
+    result = run_cli("logger=wandb", "logger.mode=online", "logger.init_timeout=5", "algo=tabular_q", "env=gridworld",
+                     "algo.num_agents=2", "algo.steps_per_update=10", "total_env_steps=200", "log_every=100",
+                     "eval_every=100", "eval_episodes=2", run_dir=tmp_path, env=fake_key, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "W&B online init failed" in result.stderr and "logging offline instead" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_final_summary_for_the_wandb_run_table():
+    summary = {"seeds": [{"final_eval_return": 500.0, "solved_at_env_steps": 1000},
+                         {"final_eval_return": 100.0, "solved_at_env_steps": None}],
+               "env_steps": 2000, "env_steps_per_second": 5e4, "compile_seconds": 3.0, "wall_seconds": 9.0}
+    final = final_summary(summary)
+    assert final["final/eval_return"] == 300.0 and final["final/fraction_solved"] == 0.5
+    assert final["final/env_steps"] == 2000 and final["final/wall_seconds"] == 9.0
+
+
+def test_a_failing_multirun_job_does_not_stop_the_others(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "algo=tabular_q,dqn", "env=cartpole",
+                             "total_env_steps=1024", "eval_every=512", "log_every=512", "eval_episodes=2",
+                             "progress=false", f"hydra.sweep.dir={tmp_path}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0  # says that a job failed
+    assert "algo=tabular_q" in result.stderr and "env='cartpole'" in result.stderr
+    assert not (tmp_path / "0" / "summary.json").exists()
+    assert (tmp_path / "1" / "summary.json").exists()  # the DQN job still ran
 
 
 def test_jsonl_writes_non_finite_values_as_null(tmp_path):

@@ -71,7 +71,7 @@ def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     assert summary["num_devices"] == 2 and summary["env_steps"] == 2048
     records = [json.loads(line) for line in (run_dirs[0] / "metrics.jsonl").read_text().splitlines()]
-    assert len(records) == 2 and records[-1]["learner/updates_per_second"] > 0
+    assert len(records) == 2 and records[-1]["perf/learner_updates_per_second"] > 0
     assert not any((run_dirs[1] / name).exists() for name in ("metrics.jsonl", "summary.json", "checkpoints", "config.yaml"))
     # process 0's checkpoint holds both processes' learners: [device, seed, ...], the same on each
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(_restore_params(run_dirs[0]))]
