@@ -1,0 +1,32 @@
+"""Hydra multirun: failing jobs do not stop a sweep; the Optuna preset runs (with the sweep extra)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+def _multirun(sweep_dir, *overrides) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *overrides, "progress=false",
+                           "compilation_cache=null", f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_a_failing_multirun_job_does_not_stop_the_others(tmp_path):
+    result = _multirun(tmp_path, "algo=tabular_q,dqn", "env=cartpole", "total_env_steps=1024", "eval_every=512",
+                       "log_every=512", "eval_episodes=2")
+    assert result.returncode != 0  # says that a job failed
+    assert "algo=tabular_q" in result.stderr and "env='cartpole'" in result.stderr
+    assert not (tmp_path / "0" / "summary.json").exists()
+    assert (tmp_path / "1" / "summary.json").exists()  # the DQN job still ran
+
+
+def test_optuna_preset_runs_two_trials(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="needs the sweep extra: pip install -e '.[sweep]'")
+    result = _multirun(tmp_path, "+sweep=apex_lr", "hydra.sweeper.n_trials=2", "num_seeds=1", "total_env_steps=2048",
+                       "eval_every=1024", "log_every=1024", "eval_episodes=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "0" / "summary.json").exists() and (tmp_path / "1" / "summary.json").exists()
+    results = (tmp_path / "optimization_results.yaml").read_text()
+    assert "best_params" in results and "algo.learning_rate" in results
