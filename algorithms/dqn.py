@@ -34,8 +34,8 @@ class DQNConfig:
     batch_size: int = 128
     learning_starts: int = 1_000  # env steps before the first gradient step
     train_every: int = 256  # env steps (over all envs) between training rounds; a multiple of num_envs
-    updates_per_train: int = 64
-    learning_rate: float = 2.3e-3
+    updates_per_train: int = 16
+    learning_rate: float = 3e-3
     lr_decay_steps: int = 0  # gradient steps of a linear decay to 0; 0 keeps the rate constant
     max_grad_norm: float = 10.0
     discount: float = 0.99

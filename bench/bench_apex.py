@@ -1,6 +1,6 @@
 """Ape-X on this machine: throughput over actor populations and devices, and launch-to-solved next to DQN.
 
-    python bench/bench_apex.py [--devices 1 2] [--skip-solve] [--seeds 10]
+    python bench/bench_apex.py [--devices 1 2] [--rounds 2] [--seeds 10] [--skip-solve] [--skip-throughput]
 
 1. Throughput: the trainer's learner-parallel program (`run_chunk`, K iterations in one scan),
    CartPole, a CartPole-sized network (dueling 64x64 MLP), learner batches of 512, replay of 100k
@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10, help="seeds of the solve comparison, vmapped in one run")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved Ape-X / DQN launches of the solve comparison")
     parser.add_argument("--skip-solve", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -105,7 +106,8 @@ def main() -> None:
         return
 
     print_machine("lightspeed Ape-X benchmark")
-    print_throughput([row for count in args.devices for row in throughput_on(count)])
+    if not args.skip_throughput:
+        print_throughput([row for count in args.devices for row in throughput_on(count)])
     if args.skip_solve:
         return
     common = ("env=cartpole", f"num_seeds={args.seeds}", "target_return=475")

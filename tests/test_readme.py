@@ -1,0 +1,73 @@
+"""Every command in the README's bash blocks runs, in order, with small step counts.
+
+The commands run in a temporary directory (so `runs/...` and `sweeps/...` land there) against
+this checkout's run.py; `total_env_steps` and the evaluation cadence are replaced by small values.
+Installing and the test suite itself are not rerun; `wandb sync` needs a network, so for it we
+check that the path it is given exists.
+"""
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SMALL = {"total_env_steps": "2048", "eval_every": "1024", "log_every": "1024", "eval_episodes": "2"}
+NOT_RERUN = ("pip install", "python -m pytest")
+
+
+def readme_commands() -> list[str]:
+    """Each command line of each bash block, comments dropped, `a && b` split in two."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
+        for line in block.splitlines():
+            line = re.split(r"\s+#", line)[0].strip()
+            commands += [part.strip() for part in line.split("&&") if part.strip() and not line.startswith("#")]
+    return [command for command in commands if not command.startswith(NOT_RERUN)]
+
+
+def small_run(tokens: list[str]) -> list[str]:
+    """run.py's overrides with the run shortened: small step counts, two Optuna trials, no progress bar."""
+    overrides = [t for t in tokens if t.partition("=")[0] not in SMALL]
+    overrides += [f"{key}={value}" for key, value in SMALL.items()] + ["progress=false"]
+    if any(t.startswith("+sweep=") for t in tokens):
+        overrides.append("hydra.sweeper.n_trials=2")
+    return overrides
+
+
+COMMANDS = readme_commands()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("readme")
+
+
+def test_the_readme_has_commands_to_run():
+    assert sum("run.py" in command for command in COMMANDS) >= 10
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_command_runs(command, workdir):
+    tokens = shlex.split(command)
+    env = dict(os.environ)
+    while "=" in tokens[0] and not tokens[0].startswith("-"):  # VAR=value prefixes
+        name, _, value = tokens.pop(0).partition("=")
+        env[name] = value
+    if tokens[:2] == ["wandb", "sync"]:
+        assert glob.glob(str(workdir / tokens[2])), f"nothing for `{command}` to upload"
+        return
+    if tokens[:2] == ["python", "run.py"]:
+        args = [sys.executable, str(ROOT / "run.py"), *small_run(tokens[2:])]
+    elif tokens[:3] == ["python", "-m", "framework.report"]:
+        args = [sys.executable, "-m", "framework.report", *tokens[3:]]
+        env["PYTHONPATH"] = str(ROOT)
+    else:
+        pytest.fail(f"the README runs a command this test does not know: {command}")
+    result = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr
