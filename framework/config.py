@@ -5,6 +5,7 @@ Every registered env and algorithm brings a dataclass schema. It is stored as
 YAML of that name (a third-party plugin), as the group option `<group>/<name>` itself.
 """
 import dataclasses
+import importlib.util
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -21,10 +22,11 @@ WANDB_MODES = ("auto", "offline", "online", "disabled")
 
 @dataclasses.dataclass
 class LoggerConfig:
-    """`console` (progress + metrics.jsonl) or `wandb` (the same plus Weights & Biases)."""
+    """`console` (progress + metrics.jsonl), plus Weights & Biases (`wandb`) or TensorBoard (`tensorboard`)."""
 
     name: str = "console"
     wandb: bool = False
+    tensorboard: bool = False
     project: str = "lightspeed"
     entity: Optional[str] = None
     group: Optional[str] = None  # defaults to the sweep's name under multirun
@@ -35,6 +37,10 @@ class LoggerConfig:
         check_choice("logger.mode", self.mode, WANDB_MODES)
         check(bool(self.project), "logger.project", self.project, "a non-empty W&B project name")
         check_positive_int("logger.init_timeout", self.init_timeout)
+        if self.tensorboard:
+            check(importlib.util.find_spec("tensorboardX") is not None, "logger", self.name,
+                  "console or wandb, or install the tensorboard extra: pip install -e '.[tensorboard]'",
+                  "tensorboardX is not installed")
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""Where log events go: metrics.jsonl always, the console line, and optionally W&B."""
+"""Where log events go: metrics.jsonl always, the console line, and optionally W&B or TensorBoard."""
 import json
 import math
 import os
@@ -86,6 +86,28 @@ def final_summary(summary: dict) -> dict:
             "final/compile_seconds": summary["compile_seconds"], "final/wall_seconds": summary["wall_seconds"]}
 
 
+class TensorBoardLogger:
+    """Scalars as TensorBoard event files in <run dir>/tensorboard (`tensorboard --logdir <run dir>`)."""
+
+    def __init__(self, run_dir: Path):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def log(self, record: dict[str, Any]) -> None:
+        for name, value in record.items():
+            value = _jsonable(value)
+            if name != "env_steps" and isinstance(value, (int, float)):
+                self.writer.add_scalar(name, value, global_step=int(record["env_steps"]))
+        self.writer.flush()
+
+    def close(self, summary: Optional[dict] = None) -> None:
+        if summary is not None:
+            for name, value in final_summary(summary).items():
+                self.writer.add_scalar(name, value, global_step=int(summary["env_steps"]))
+        self.writer.close()
+
+
 class Loggers:
     """Fan one record out to every configured sink."""
 
@@ -105,4 +127,6 @@ def make_loggers(config: LoggerConfig, run_dir: Path, resolved_config: dict, gro
     sinks: list = [JsonlLogger(run_dir / "metrics.jsonl")]
     if config.wandb:
         sinks.append(WandbLogger(config, run_dir, resolved_config, group))
+    if config.tensorboard:
+        sinks.append(TensorBoardLogger(run_dir))
     return Loggers(sinks)

@@ -2,6 +2,8 @@
 import json
 import math
 
+import pytest
+
 from conftest import run_cli
 from framework.loggers import JsonlLogger, final_summary
 
@@ -45,3 +47,34 @@ def test_jsonl_writes_non_finite_values_as_null(tmp_path):
     record = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert record == {"env_steps": 1, "train/loss": None, "eval/return_per_seed": [1.0, None]}
 
+
+
+def _tensorboard_scalars(directory):
+    """(tag, step, value) of every scalar in the TFRecord event files, read without TensorBoard."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars = []
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        data, offset = path.read_bytes(), 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = Event.FromString(data[offset + 12: offset + 12 + length])  # skip length and its crc
+            offset += 12 + length + 4
+            scalars += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    return scalars
+
+
+def test_tensorboard_logger_writes_the_metrics(tmp_path):
+    result = run_cli("logger=tensorboard", "algo=tabular_q", "env=gridworld", "algo.num_agents=2",
+                     "algo.steps_per_update=10", "total_env_steps=200", "log_every=100", "eval_every=100",
+                     "eval_episodes=2", run_dir=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr
+    scalars = _tensorboard_scalars(tmp_path / "tensorboard")
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = {(tag, step): value for tag, step, value in scalars}
+    for record in records:
+        assert logged[("eval/return", record["env_steps"])] == pytest.approx(record["eval/return"])
+        assert logged[("train/episode_return", record["env_steps"])] == pytest.approx(record["train/episode_return"])
+    assert any(tag == "final/eval_return" for tag, _, _ in scalars)
