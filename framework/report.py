@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,13 +199,13 @@ def plot_learning_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path:
     """Mean greedy return over seeds per configuration, with a shaded bootstrap 95% CI band."""
     with plt.rc_context({"font.size": 12, "legend.fontsize": 10}), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # points where every seed is NaN stay NaN, without noise
-        figure, axes = plt.subplots(figsize=(9, 5.5))
+        figure, axes = plt.subplots(figsize=(10, 5.5 + 0.45 * len(curves)))
         for name, (steps, per_seed) in curves.items():
             if per_seed.size == 0:
                 continue
             low, high = bootstrap_ci(per_seed, statistic=np.nanmean)
             (line,) = axes.plot(steps, np.nanmean(per_seed, axis=0), marker="o", markersize=3, linewidth=2,
-                                label=f"{name} ({len(per_seed)} seeds)")
+                                label=textwrap.fill(f"{name} ({len(per_seed)} seeds)", 110))
             axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         if target_return is not None:
             axes.axhline(target_return, color="black", linestyle="--", linewidth=1.2, label=f"target_return {target_return:g}")
@@ -212,9 +213,9 @@ def plot_learning_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path:
         axes.set(xlabel="env steps (per seed)", ylabel=f"greedy evaluation return\n(mean of {eval_episodes} episodes)",
                  title="Learning curves: mean over seeds, bootstrap 95% CI")
         axes.grid(alpha=0.3)
-        axes.legend(loc="best")
-        figure.tight_layout()
-        figure.savefig(path, dpi=120)
+        # below the axes: long override lists must not cover the curves
+        axes.legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False)
+        figure.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(figure)
 
 
