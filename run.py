@@ -39,6 +39,11 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:  # Hydra records the failed job, runs the others and exits non-zero at the end
             raise JobFailed(f"job {hydra_cfg.job.num} failed: invalid config") from None
         sys.exit(2)
+    if summary["interrupted"]:
+        print(f"stopped by Ctrl-C after {summary['env_steps']:,} env steps; continue with resume=true", file=sys.stderr)
+        if multirun:
+            raise KeyboardInterrupt  # Ctrl-C stops the whole sweep
+        sys.exit(130)
     return sum(s["final_eval_return"] for s in summary["seeds"]) / len(summary["seeds"])
 
 

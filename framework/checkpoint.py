@@ -4,7 +4,10 @@ The device state (params, optimizer, target, replay, env states, keys, counters)
 the host loop's own state (env steps, chunk, evaluation history, metrics lines written) goes
 beside it as JSON, so a resumed run continues exactly where the checkpoint was taken.
 """
+import hashlib
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,6 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from framework.errors import ConfigError
 from framework.parallel import to_host
 
 CHECKPOINT_DIR = "checkpoints"
@@ -31,6 +35,31 @@ def data_to_keys(restored: Any, template: Any) -> Any:
     """Put back the typed PRNG keys of `template` into a restored state."""
     return jax.tree.map(lambda data, leaf: jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
                         if _is_key(leaf) else data, restored, template)
+
+
+DIGESTS = "lightspeed_digests.json"
+
+
+def _file_digests(step_dir: Path) -> dict[str, str]:
+    return {str(path.relative_to(step_dir)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(step_dir.rglob("*")) if path.is_file() and path.name != DIGESTS}
+
+
+def write_digests(step_dir: Path) -> None:
+    """SHA-256 of every file of a finished checkpoint, written atomically beside them."""
+    partial = step_dir / (DIGESTS + ".partial")
+    partial.write_text(json.dumps(_file_digests(step_dir)))
+    os.replace(partial, step_dir / DIGESTS)
+
+
+def check_digests(step_dir: Path) -> None:
+    """Raises when a file of the checkpoint is missing, truncated or changed since it was written."""
+    if not (step_dir / DIGESTS).exists():
+        return  # killed between Orbax's commit and the digests: Orbax's own read is the check
+    expected, found = json.loads((step_dir / DIGESTS).read_text()), _file_digests(step_dir)
+    damaged = sorted(name for name, digest in expected.items() if found.get(name) != digest)
+    if damaged:
+        raise OSError(f"{len(damaged)} file(s) missing or changed since written, e.g. {damaged[0]}")
 
 
 def _from_first_process(tree: Any) -> Any:
@@ -73,6 +102,7 @@ class Checkpointer:
             args = ocp.args.Composite(state=ocp.args.StandardSave(host_arrays), host=ocp.args.JsonSave(host_state))
             self.manager.save(step, args=args, force=True)
             self.manager.wait_until_finished()
+            write_digests(self._step_dir(step))
 
     def restore_latest(self, template: Any) -> tuple[Any, dict]:
         """The newest checkpoint's state (shaped and sharded like `template`) and host state."""
@@ -80,14 +110,40 @@ class Checkpointer:
         host_arrays = jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), template_data)
         host_state = None
         if self.writer:
-            restored = self.manager.restore(self.manager.latest_step(), args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(host_arrays), host=ocp.args.JsonRestore()))
-            host_arrays, host_state = jax.tree.map(np.asarray, restored["state"]), dict(restored["host"])
+            host_arrays, host_state = self._restore_newest_readable(host_arrays)
         host_arrays = _from_first_process(host_arrays)
         on_devices = jax.tree.map(
             lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: data[index]),
             host_arrays, template_data)
         return data_to_keys(on_devices, template), _json_from_first_process(host_state)
+
+    def _restore_newest_readable(self, host_template: Any) -> tuple[Any, dict]:
+        """The newest checkpoint that reads back; a damaged one is reported and the one before it used."""
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                check_digests(self._step_dir(step))  # before Orbax, whose threads print noise on a bad read
+                restored = self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(host_template), host=ocp.args.JsonRestore()))
+                return jax.tree.map(np.asarray, restored["state"]), dict(restored["host"])
+            except Exception as error:  # truncated or corrupted files: fall back rather than lose the run
+                aside = self._move_aside(step)
+                print(f"warning: checkpoint {step} cannot be read ({type(error).__name__}: "
+                      f"{str(error).splitlines()[0][:200]}); moved to {aside}, trying the one before it",
+                      file=sys.stderr, flush=True)
+        raise ConfigError("resume", True, "a run dir with at least one readable checkpoint",
+                          f"none of {sorted(self.manager.all_steps())} in {self.manager.directory} can be read")
+
+    def _step_dir(self, step: int) -> Path:
+        return Path(self.manager.directory) / str(step)
+
+    def _move_aside(self, step: int) -> Path:
+        """Out of Orbax's sight (the resumed run will write this step again), but kept for inspection."""
+        directory = Path(self.manager.directory)
+        aside = directory.parent / f"{CHECKPOINT_DIR}_unreadable" / str(step)
+        aside.parent.mkdir(exist_ok=True)
+        (directory / str(step)).rename(aside)
+        self.manager.reload()
+        return aside
 
     def close(self) -> None:
         if self.manager is not None:

@@ -6,6 +6,8 @@ The shard_map's device axis splits the seeds, or (learner-parallel algorithms) h
 per device; see framework/parallel.py.
 """
 import json
+import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -144,13 +146,19 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
         return Programs(*pool.map(lambda program: program.compile(), lowered))
 
 
-def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int) -> dict:
-    """summary.json: per-seed results and the run's speed (measured after compilation)."""
+def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int,
+              interrupted_returns: Optional[np.ndarray] = None) -> dict:
+    """summary.json: per-seed results and the run's speed (measured after compilation).
+
+    `interrupted_returns`: the evaluation of a run stopped by Ctrl-C, which then counts as final.
+    """
     env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
     num_seeds = len(tracker.solved_at_env_steps)
+    final_returns = tracker.returns[-1] if interrupted_returns is None else interrupted_returns.tolist()
     return {
+        "interrupted": interrupted_returns is not None,
         "seeds": [
-            {"seed_index": i, "final_eval_return": tracker.returns[-1][i],
+            {"seed_index": i, "final_eval_return": final_returns[i],
              "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
             for i in range(num_seeds)
         ],
@@ -161,6 +169,27 @@ def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wal
         "wall_seconds": wall_seconds,
         "num_devices": num_devices,
     }
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) asks the loop to stop after the running chunk, with a checkpoint and a summary."""
+
+    def __init__(self):
+        self.requested = False
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.requested = True
+        print("interrupted: finishing this chunk, then a checkpoint and the summary (Ctrl-C again to abort)",
+              file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "StopRequest":
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self.previous)
 
 
 def keep_first_lines(path: Path, count: int) -> None:
@@ -230,9 +259,9 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
             keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
     loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
-    summary = None
+    summary, stop, last = None, StopRequest(), False
     try:
-        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar:
+        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar, stop:
             for chunk in range(progress["chunk"], num_chunks):
                 if tracker.all_solved:
                     break
@@ -263,9 +292,15 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                         print_line(_format_line(record))
                 bar.update(env_steps, steps_per_second, latest_eval)
                 progress["chunk"] = chunk + 1
-                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved):
+                if stop.requested and checkpointer is None:
+                    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep)
+                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved or stop.requested):
                     checkpointer.save(env_steps, state, {**progress, "tracker": tracker.to_dict()})
-        summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size)
+                if stop.requested:
+                    break
+        # an interrupted run is scored on its state now, outside the evaluation history it resumes with
+        interrupted_returns = evaluate_returns(state, num_chunks) if stop.requested and not last else None
+        summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size, interrupted_returns)
     finally:
         loggers.close(summary)
         if checkpointer:
@@ -273,8 +308,9 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
 
     if writer:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
-                            train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+        if tracker.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
+            plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
+                                train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
     if algorithm.save_artifacts is not None:
         final_state = to_host(state)
         if writer:

@@ -1,4 +1,5 @@
 """A run killed with SIGKILL and resumed ends bit-identical to one that was never interrupted."""
+import json
 import os
 import signal
 import subprocess
@@ -29,10 +30,14 @@ def _final_state(run_dir):
 
 
 
-def _kill_after_first_checkpoint(run_dir, overrides, env):
+def _start(run_dir, overrides, env):
     args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false", f"hydra.run.dir={run_dir}"]
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, **env})
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def _kill_after_first_checkpoint(run_dir, overrides, env):
+    process = _start(run_dir, overrides, env)
     deadline = time.time() + 120
     checkpoints = run_dir / "checkpoints"
     while time.time() < deadline and process.poll() is None:
@@ -69,3 +74,49 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, name):
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     result = run_cli("resume=true", run_dir=tmp_path, timeout=120)
     assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identically(tmp_path):
+    overrides = (*DQN_TWO_SEEDS[:-3], "checkpoint.every=0")  # no periodic checkpoints: Ctrl-C must write one
+    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
+    result = run_cli(*overrides, run_dir=uninterrupted)
+    assert result.returncode == 0, result.stderr
+
+    process = _start(interrupted, overrides, {})
+    deadline = time.time() + 120
+    while time.time() < deadline and not (interrupted / "metrics.jsonl").exists():
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "resume=true" in stderr and "Traceback" not in stderr
+    summary = json.loads((interrupted / "summary.json").read_text())
+    assert summary["interrupted"] and summary["env_steps"] < 120000
+    assert any(p.name.isdigit() for p in (interrupted / "checkpoints").iterdir())
+
+    result = run_cli(*overrides, "resume=true", run_dir=interrupted)
+    assert result.returncode == 0, result.stderr
+    assert not json.loads((interrupted / "summary.json").read_text())["interrupted"]
+    assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
+
+
+def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
+    overrides = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:])
+    reference, damaged = tmp_path / "reference", tmp_path / "damaged"
+    for run_dir in (reference, damaged):
+        result = run_cli(*overrides, run_dir=run_dir)
+        assert result.returncode == 0, result.stderr
+    newest = max((p for p in (damaged / "checkpoints").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    largest = max((p for p in (newest / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])  # a write cut short
+
+    result = run_cli(*overrides, "resume=true", run_dir=damaged)
+    assert result.returncode == 0, result.stderr
+    assert f"checkpoint {newest.name} cannot be read" in result.stderr and "Traceback" not in result.stderr
+    assert (damaged / "checkpoints_unreadable" / newest.name).is_dir()
+    assert deterministic_metrics(damaged) == deterministic_metrics(reference)
+    step_a, state_a = _final_state(reference)
+    step_b, state_b = _final_state(damaged)
+    assert step_a == step_b
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
+        np.testing.assert_array_equal(a, b)
