@@ -1,0 +1,81 @@
+"""Fuzzed bad input: any override of any key either passes the checks and builds, or stops with a
+message naming the key (the same checks run.py runs before compiling), never with a traceback."""
+import dataclasses
+import re
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from conftest import ROOT, compose_config
+from framework import registry
+from framework.cli import ComposeError, _one_paragraph as one_paragraph, check_group_choices
+from framework.config import TrainConfig, register_schemas, validated
+from framework.errors import ConfigError
+from framework.trainer import build
+
+register_schemas()
+TOP_LEVEL = [f.name for f in dataclasses.fields(TrainConfig)
+             if f.name not in ("algo", "env", "logger", "distributed", "checkpoint", "compilation_cache")]
+TOP_LEVEL += ["checkpoint.every", "checkpoint.keep", "num_devices", "distributed.num_processes",
+              "distributed.process_id", "logger.project", "logger.mode"]
+NAMES_A_KEY = re.compile(r"\b(algo|env|logger|distributed|checkpoint)(\.\w+)?\b|\b("
+                         + "|".join(f.name for f in dataclasses.fields(TrainConfig)) + r")\b")
+BAD_VALUES = st.sampled_from(["abc", "-1", "0", "-0.5", "1.5", "2", "nan", "inf", "-inf", "1e12", "[]", "[0]",
+                              "[-3,2]", "true", "null", "''", "[[0,0]]", "[[1,0],[0,1]]", "0.0001", "100000000"])
+
+
+def _keys(group: str, name: str) -> list[str]:
+    fields = dataclasses.fields(registry.lookup(group, name).config_class)
+    return [f"{group}.{f.name}" for f in fields if f.name != "name"]
+
+
+@st.composite
+def bad_overrides(draw) -> list[str]:
+    algo = draw(st.sampled_from(registry.known("algo")))
+    env = draw(st.sampled_from(registry.known("env")))
+    keys = _keys("algo", algo) + _keys("env", env) + TOP_LEVEL + ["algo.no_such_key", "env.colour"]
+    chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True))
+    return [f"algo={algo}", f"env={env}", *(f"{key}={draw(BAD_VALUES)}" for key in chosen)]
+
+
+def check_like_run_py(overrides: list[str]) -> None:
+    """What run.py does before compiling: the command-line checks, then the schema checks and the build."""
+    check_group_choices(overrides)
+    try:
+        cfg = compose_config(*overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as error:  # what check_composes reports
+        raise ComposeError(one_paragraph(error)) from None
+    build(validated(cfg))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad_overrides())
+def test_every_bad_override_is_named_or_accepted(overrides):
+    try:
+        check_like_run_py(overrides)
+    except (ConfigError, ComposeError) as error:
+        message = str(error)
+        assert "\n" not in message.strip(), message
+        # a combination (batch vs buffer, walls vs goal, apex on grid cells) may name the partner key
+        assert NAMES_A_KEY.search(message), (overrides, message)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algo=dqn", "env=cartpole", "algo.batch_size=100000", "algo.buffer_size=1000"],
+    ["algo=apex", "env=cartpole", "algo.n_step=0"],
+    ["algo=tabular_q", "env=gridworld", "env.walls=[[0,1],[1,0]]"],
+    ["algo=apex", "env=cartpole", "num_devices=64"],
+    ["algo=dqn", "env=gridworld", "algo.hidden_sizes=[]"],
+])
+def test_a_handful_through_run_py(overrides, tmp_path):
+    import subprocess
+
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides, "progress=false",
+                             f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert overrides[-1].partition("=")[0] in result.stderr or "Invalid config" in result.stderr
