@@ -13,7 +13,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from framework.cli import preflight  # noqa: E402
 from framework.config import register_schemas  # noqa: E402
-from framework.errors import ConfigError  # noqa: E402
+from framework.errors import ConfigError, TrainingDiverged  # noqa: E402
 
 register_schemas()
 preflight(sys.argv[1:])
@@ -39,6 +39,11 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:  # Hydra records the failed job, runs the others and exits non-zero at the end
             raise JobFailed(f"job {hydra_cfg.job.num} failed: invalid config") from None
         sys.exit(2)
+    except TrainingDiverged as error:
+        print(error, file=sys.stderr)
+        if multirun:
+            raise JobFailed(f"job {hydra_cfg.job.num} failed: training diverged") from None
+        sys.exit(3)
     if summary["interrupted"]:
         print(f"stopped by Ctrl-C after {summary['env_steps']:,} env steps; continue with resume=true", file=sys.stderr)
         if multirun:

@@ -219,4 +219,5 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
 
     return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length,
-                     parallel_learners=True, counters=("learner/updates",))
+                     parallel_learners=True, counters=("learner/updates",),
+                     health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates")

@@ -23,3 +23,7 @@ class Algorithm(NamedTuple):
     parallel_learners: bool = False
     # Cumulative metrics (e.g. "learner/updates") the trainer also logs as "<name>_per_second".
     counters: tuple[str, ...] = ()
+    # Metrics that must stay finite (loss, Q-values) once the metric `learner_steps` is > 0:
+    # before learning starts they may be NaN ("not yet"). Checked per seed with `nan_policy`.
+    health_metrics: tuple[str, ...] = ()
+    learner_steps: Optional[str] = None

@@ -18,6 +18,7 @@ from framework.errors import ConfigError, check, check_choice, check_number, che
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 WANDB_MODES = ("auto", "offline", "online", "disabled")
+NAN_POLICIES = ("stop", "warn")
 
 
 @dataclasses.dataclass
@@ -93,6 +94,7 @@ class TrainConfig:
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in the run dir
+    nan_policy: str = "stop"  # a non-finite loss or Q-value: stop (keeping the last good checkpoint) or warn
     # XLA programs cached on disk: a relaunch with the same shapes skips most of compilation
     compilation_cache: Optional[str] = "~/.cache/lightspeed/xla"
 
@@ -106,6 +108,7 @@ class TrainConfig:
         if self.target_return is not None:
             check_number("target_return", self.target_return)
         self.checkpoint.validate()
+        check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
 
 
 def register_schemas() -> None:

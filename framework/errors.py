@@ -54,3 +54,7 @@ def check_writable_dir(path: Path, key: str = "hydra.run.dir") -> None:
         probe.unlink()
     except OSError as error:
         raise ConfigError(key, str(path), "a writable directory with free space", error.strerror or str(error)) from None
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or Q-value became non-finite; the message names the metric, the seed and the env step."""

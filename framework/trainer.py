@@ -23,13 +23,14 @@ from framework import registry
 from framework.algorithm import Algorithm
 from framework.config import TrainConfig, chunk_updates, validated
 from framework.checkpoint import CHECKPOINT_DIR, Checkpointer
-from framework.errors import ConfigError, check_writable_dir
+from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
 from framework.evaluation import make_evaluate
 from framework.loggers import Loggers, make_loggers
 from framework.plots import plot_learning_curve
 from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distributed, is_writer, make_mesh,
                                  to_host)
 from framework.progress import ProgressBar, print_line
+from framework.resources import check_fits
 
 def _on_this_device(tree: Any) -> Any:
     return jax.tree.map(lambda x: x[0], tree)  # a learner's block of the [device, seed, ...] state
@@ -122,6 +123,16 @@ class SolveTracker:
             setattr(self, key, list(value))
 
 
+def non_finite_seeds(metrics: dict, algorithm: Algorithm, learners: bool) -> list[tuple[str, int]]:
+    """(metric, seed) pairs whose health metric is not finite although that seed's learner has started."""
+    if not algorithm.health_metrics:
+        return []
+    reduce = (lambda x: x.max(axis=0)) if learners else (lambda x: x)  # any learner device
+    started = reduce(np.asarray(metrics[algorithm.learner_steps]) > 0)
+    return [(name, int(seed)) for name in algorithm.health_metrics
+            for seed in np.flatnonzero(started & reduce(~np.isfinite(np.asarray(metrics[name]))))]
+
+
 def rate_name(counter: str) -> str:
     """"learner/updates" -> "perf/learner_updates_per_second"."""
     return f"perf/{counter.replace('/', '_')}_per_second"
@@ -134,11 +145,16 @@ def _format_line(record: dict) -> str:
 
 
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
-                     seed_keys: jax.Array, eval_keys: jax.Array) -> Programs:
-    """The run's programs for its layout, compiled ahead of time and side by side."""
+                     seed_keys: jax.Array, eval_keys: jax.Array,
+                     before_compiling: Callable[[Any], None] = lambda abstract_state: None) -> Programs:
+    """The run's programs for its layout, compiled ahead of time and side by side.
+
+    `before_compiling(abstract_state)` may still refuse the run (ConfigError) at no compile cost.
+    """
     make = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
     programs = make(algorithm, evaluate_one_seed, mesh, updates_per_chunk)
     abstract_state = jax.eval_shape(programs.init, seed_keys)
+    before_compiling(abstract_state)
     lowered = (programs.init.lower(seed_keys), programs.run_chunk.lower(abstract_state),
                programs.evaluate.lower(abstract_state, eval_keys))
     # XLA compiles outside the GIL, so the three programs build on both cores at once
@@ -240,8 +256,10 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
     compile_start = time.time()
     seed_keys = jax.random.split(init_key, num_seeds)
+    checkpoints_kept = train_cfg.checkpoint.keep if checkpointer else 0
+    fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
     programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, seed_keys,
-                                jax.random.split(eval_root_key, num_seeds))
+                                jax.random.split(eval_root_key, num_seeds), fits)
     state = programs.init(seed_keys)
     compile_seconds = time.time() - compile_start
 
@@ -268,6 +286,13 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 chunk_start = time.time()
                 state, metrics = programs.run_chunk(state)
                 metrics = to_host(metrics)
+                for name, seed in non_finite_seeds(metrics, algorithm, learners):
+                    message = (f"{name} is not finite for seed {seed} at env step "
+                               f"{progress['env_steps'] + env_steps_per_chunk:,}")
+                    if train_cfg.nan_policy == "stop":  # the state is not saved: the last checkpoint stays good
+                        raise TrainingDiverged(f"{message}; stopped (nan_policy=stop). The newest checkpoint, if any, "
+                                               "is from before; set nan_policy=warn to only log it.")
+                    print(f"warning: {message} (nan_policy=warn)", file=sys.stderr, flush=True)
                 progress["train_seconds"] += time.time() - chunk_start
                 previous = progress["env_steps"]
                 env_steps = progress["env_steps"] = previous + env_steps_per_chunk

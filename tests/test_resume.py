@@ -120,3 +120,49 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     assert step_a == step_b
     for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
         np.testing.assert_array_equal(a, b)
+
+
+DIVERGING = ("algo=dqn", "env=cartpole", "num_seeds=2", "algo.learning_rate=1e30", "algo.learning_starts=4096",
+             "total_env_steps=8192", "log_every=2048", "eval_every=4096", "eval_episodes=2", "checkpoint.every=2048")
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    result = run_cli(*DIVERGING, run_dir=tmp_path)
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert "is not finite for seed 0 at env step 4,096" in result.stderr and "nan_policy" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2048"]  # from before the learner started
+    _, state = _final_state(tmp_path)
+    assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(state) if np.issubdtype(leaf.dtype, np.floating))
+
+
+def test_nan_policy_warn_only_logs(tmp_path):
+    result = run_cli(*DIVERGING, "nan_policy=warn", run_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "is not finite for seed 0" in result.stderr and "(nan_policy=warn)" in result.stderr
+
+
+def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_path):
+    # a million-item replay per seed makes each checkpoint big enough to be caught half-written
+    overrides = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:], "algo.buffer_size=1000000")
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    result = run_cli(*overrides, run_dir=reference)
+    assert result.returncode == 0, result.stderr
+
+    process = _start(killed, overrides, {})
+    checkpoints, deadline, caught = killed / "checkpoints", time.time() + 180, None
+    while time.time() < deadline and process.poll() is None and caught is None:
+        if checkpoints.exists():
+            finished = [p for p in checkpoints.iterdir() if p.name.isdigit()]
+            writing = [p for p in checkpoints.iterdir() if "tmp" in p.name]
+            caught = writing[0].name if finished and writing else None
+        time.sleep(0.005)
+    assert caught is not None, "never saw a checkpoint being written"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    result = run_cli(*overrides, "resume=true", run_dir=killed)
+    assert result.returncode == 0, result.stderr
+    assert deterministic_metrics(killed) == deterministic_metrics(reference)
+    (_, state_a), (_, state_b) = _final_state(reference), _final_state(killed)
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
+        np.testing.assert_array_equal(a, b)
