@@ -79,3 +79,42 @@ def test_a_handful_through_run_py(overrides, tmp_path):
                              f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert overrides[-1].partition("=")[0] in result.stderr or "Invalid config" in result.stderr
+
+
+def _edge_value(field: dataclasses.Field):
+    """Unusual but plausible values of a field's type (sizes of 1, probabilities of 0 and 1, ...)."""
+    kind = str(field.type)
+    if "bool" in kind:
+        return st.sampled_from(["true", "false"])
+    if "int" in kind and "list" not in kind:
+        return st.sampled_from(["1", "2", "3", "7"])
+    if "float" in kind:
+        return st.sampled_from(["0.0", "0.5", "1.0", "0.001"])
+    if "list" in kind and field.name == "hidden_sizes":
+        return st.sampled_from(["[1]", "[3,2]"])
+    return None
+
+
+@st.composite
+def edge_overrides(draw) -> list[str]:
+    algo = draw(st.sampled_from(registry.known("algo")))
+    env = "gridworld" if algo == "tabular_q" else "cartpole"
+    fields = [f for f in dataclasses.fields(registry.lookup("algo", algo).config_class) if _edge_value(f) is not None]
+    chosen = draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique_by=lambda f: f.name))
+    return [f"algo={algo}", f"env={env}", *(f"algo.{f.name}={draw(_edge_value(f))}" for f in chosen)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(overrides=edge_overrides())
+def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
+    from framework.trainer import train
+
+    short = [*overrides, "total_env_steps=256", "eval_every=256", "log_every=256", "eval_episodes=1"]
+    try:
+        check_like_run_py(short)
+    except (ConfigError, ComposeError):
+        return  # refused with a message: covered above
+    run_dir = tmp_path / str(abs(hash(tuple(short))))
+    run_dir.mkdir()
+    summary = train(compose_config(*short), run_dir)
+    assert summary["env_steps"] >= 256 and (run_dir / "metrics.jsonl").exists()
