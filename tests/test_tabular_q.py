@@ -118,8 +118,9 @@ def test_greedy_ties_are_uniform():
 @pytest.mark.slow
 def test_random_starts_learn_the_optimal_policy_from_every_cell(tmp_path):
     walls = [[r, 6] for r in range(0, 9)] + [[5, c] for c in range(7, 11)]
-    cfg = compose_config("env.height=12", "env.width=12", "env.start=[11,11]", "env.goal=[0,0]",
-                         f"env.walls={walls}", "env.random_start=true", "env.max_steps=200", "algo.num_agents=16",
+    cfg = compose_config("algo=tabular_q", "env=gridworld", "env.height=12", "env.width=12", "env.start=[11,11]",
+                         "env.goal=[0,0]", f"env.walls={walls}", "env.random_start=true", "env.max_steps=200",
+                         "algo.num_agents=16",
                          "total_env_steps=80000000", "eval_every=80000000", "log_every=80000000")
     train(cfg, tmp_path)
     q_table = np.load(tmp_path / "q_table.npy")[0].mean(axis=0)
