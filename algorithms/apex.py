@@ -73,7 +73,7 @@ class ApexConfig:
         check_number("algo.discount", self.discount, 0, 1)
         check_number("algo.learning_rate", self.learning_rate, 0, low_inclusive=False)
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
-        check_number("algo.priority_alpha", self.priority_alpha, 0, low_inclusive=False)
+        check_number("algo.priority_alpha", self.priority_alpha, 0, 1, low_inclusive=False)  # Flashbax allows <= 1
         check_number("algo.beta_start", self.beta_start, 0, 1)
         check_network_config(self.hidden_sizes, self.activation)
 

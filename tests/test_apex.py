@@ -66,6 +66,8 @@ def test_config_checks():
         ApexConfig(buffer_size=100).validate()
     with pytest.raises(ConfigError, match=r"algo\.priority_alpha"):
         ApexConfig(priority_alpha=0.0).validate()
+    with pytest.raises(ConfigError, match=r"algo\.priority_alpha=1\.5"):  # found by the fuzz test
+        ApexConfig(priority_alpha=1.5).validate()
 
 
 def _solved_at(tmp_path, *overrides):
