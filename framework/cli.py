@@ -5,6 +5,7 @@ from typing import Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from framework import registry
@@ -53,12 +54,12 @@ def _one_paragraph(error: Exception) -> str:
     return "Invalid config: " + "; ".join(parts).replace("full_key: ", "key: ") + "."
 
 
-def check_composes(overrides: Sequence[str]) -> None:
+def check_composes(overrides: Sequence[str]) -> DictConfig:
     """Compose the config once with the overrides (a single run; Hydra checks sweeps itself)."""
     plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
-            compose("config", overrides=plain)
+            return compose("config", overrides=plain)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         raise ComposeError(_one_paragraph(error)) from None
 

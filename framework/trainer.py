@@ -32,6 +32,7 @@ from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distr
 from framework.progress import ProgressBar, print_line
 from framework.resources import check_fits
 
+
 def _on_this_device(tree: Any) -> Any:
     return jax.tree.map(lambda x: x[0], tree)  # a learner's block of the [device, seed, ...] state
 

@@ -8,12 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-
 from conftest import ROOT, compose_config
 from framework import registry
-from framework.cli import ComposeError, _one_paragraph as one_paragraph, check_group_choices
+from framework.cli import ComposeError, check_composes, check_group_choices
 from framework.config import TrainConfig, register_schemas, validated
 from framework.errors import ConfigError
 from framework.trainer import build
@@ -46,11 +43,7 @@ def bad_overrides(draw) -> list[str]:
 def check_like_run_py(overrides: list[str]) -> None:
     """What run.py does before compiling: the command-line checks, then the schema checks and the build."""
     check_group_choices(overrides)
-    try:
-        cfg = compose_config(*overrides)
-    except (HydraException, OmegaConfBaseException, ValueError) as error:  # what check_composes reports
-        raise ComposeError(one_paragraph(error)) from None
-    build(validated(cfg))
+    build(validated(check_composes(overrides)))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
