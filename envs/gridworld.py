@@ -23,6 +23,8 @@ from framework.env import Environment, StepResult
 from framework.errors import check, check_choice, check_number, check_positive_int
 from framework.registry import register_env
 
+MAX_SIDE = 1024  # rows or columns: a 1024x1024 grid is validated in about a second
+
 OBSERVATION_KINDS = ("cell", "one_hot")
 # (row, col) displacement of actions 0..3: right, down, left, up.
 ACTION_MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
@@ -48,8 +50,11 @@ class GridWorldConfig:
 
     def validate(self) -> None:
         """Raise a ConfigError naming the first bad key; pure Python, no JAX."""
-        check_positive_int("env.height", self.height)
-        check_positive_int("env.width", self.width)
+        for key in ("height", "width"):
+            check_positive_int(f"env.{key}", getattr(self, key))
+            # found by fuzzing: a 1e8-row grid made the reachability check below run for minutes
+            check(getattr(self, key) <= MAX_SIDE, f"env.{key}", getattr(self, key), f"an integer from 1 to {MAX_SIDE}",
+                  "the grid is checked cell by cell and every agent keeps a Q-value per cell")
         check(self.height * self.width >= 2, "env.width", self.width,
               "a grid of at least 2 cells (height * width >= 2)", "a 1x1 grid has no room for a start and a distinct goal")
         check_number("env.step_reward", self.step_reward)

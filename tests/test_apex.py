@@ -68,6 +68,8 @@ def test_config_checks():
         ApexConfig(priority_alpha=0.0).validate()
     with pytest.raises(ConfigError, match=r"algo\.priority_alpha=1\.5"):  # found by the fuzz test
         ApexConfig(priority_alpha=1.5).validate()
+    with pytest.raises(ConfigError, match=r"algo\.hidden_sizes=\[100000000\].*from 1 to 8192"):
+        ApexConfig(hidden_sizes=[100_000_000]).validate()
 
 
 def _solved_at(tmp_path, *overrides):

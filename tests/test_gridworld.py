@@ -209,6 +209,7 @@ def test_registry_builds_env():
     ({"walls": [[6, 0], [7, 1]], "random_start": True}, "env.walls", "cut off from the goal"),
     ({"observation": "pixels"}, "env.observation", "one of cell, one_hot"),
     ({"height": 0}, "env.height", "an integer >= 1"),
+    ({"height": 100000000}, "env.height", "from 1 to 1024"),
     ({"width": 2.5}, "env.width", "an integer >= 1"),
     ({"height": 1, "width": 1, "start": [0, 0]}, "env.width", "at least 2 cells"),
     ({"step_reward": float("nan")}, "env.step_reward", "finite"),

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from framework.errors import ConfigError, check, check_choice
 
+MAX_WIDTH = 8192  # a layer of 1e8 units passed the state-size check, then ran out of memory in its activations
 ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 
 
@@ -33,8 +34,8 @@ class QNetwork(nn.Module):
 
 def check_network_config(hidden_sizes: Sequence[int], activation: str) -> None:
     """`algo.hidden_sizes` and `algo.activation` of any Q-network algorithm."""
-    check(len(hidden_sizes) > 0 and all(isinstance(s, int) and s >= 1 for s in hidden_sizes),
-          "algo.hidden_sizes", list(hidden_sizes), "a non-empty list of integers >= 1")
+    check(len(hidden_sizes) > 0 and all(isinstance(s, int) and 1 <= s <= MAX_WIDTH for s in hidden_sizes),
+          "algo.hidden_sizes", list(hidden_sizes), f"a non-empty list of integers from 1 to {MAX_WIDTH}")
     check_choice("algo.activation", activation, tuple(ACTIVATIONS))
 
 
