@@ -1,4 +1,5 @@
-"""Prioritised replay on Flashbax 0.1.3's buffer state and sampler, with our own writes.
+"""Prioritised replay on Flashbax 0.1.3's buffer state (items and sum tree), with our own
+writes and sampling.
 
 Flashbax's `add` returns no indices and gives new items the maximum recorded priority truncated
 to an integer; its float32 sum tree drifts after very many priority updates (upstream issue 52);
@@ -6,6 +7,11 @@ and on CPU it writes priorities one item at a time (a scan of B x depth scatters
 writes the items where Flashbax would and sets their priorities explicitly, and every priority
 write recomputes the touched ancestors as the sums of their two children, level by level for the
 whole batch: no drift can accumulate, and a batch costs `depth` vectorised steps.
+
+Sampling walks down the tree like Flashbax's stratified sampler, but also returns each item's
+probability as the product of the branch ratios taken on the way down. Reading the leaves again
+after the walk would be a read of the tree that no priority write depends on, and XLA then copies
+the whole tree twice per learner batch (Ape-X ran ~2x slower at 100k items).
 """
 from typing import Any, NamedTuple
 
@@ -50,9 +56,9 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
         return set_priorities(state, indices.ravel(), priorities.ravel())
 
     def sample(state: Any, key: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
-        batch = buffer.sample(state, key)
-        items = jax.tree.map(lambda x: x[:, 0], batch.experience)  # drop the length-1 time axis
-        return items, batch.indices, batch.probabilities
+        indices, probabilities = stratified_sample(state.sum_tree_state, key, batch_size)
+        items = jax.tree.map(lambda x: x[indices // slots_per_row, indices % slots_per_row], state.experience)
+        return items, indices, probabilities
 
     return PrioritizedReplay(buffer.init, add, sample, set_priorities, buffer.can_sample)
 
@@ -71,6 +77,27 @@ def set_leaves(tree: Any, leaf_indices: jax.Array, values: jax.Array) -> Any:
 
     nodes, _ = jax.lax.fori_loop(0, tree.tree_depth, one_level_up, (nodes, node))
     return tree.replace(nodes=nodes)
+
+
+def stratified_sample(tree: Any, key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
+    """One leaf from each of `batch_size` equal strata of the total priority (Schaul et al., 2016),
+    with its probability (leaf / total, as the product of the ratios child / parent on its path)."""
+    total = tree.nodes[0]
+    targets = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) / batch_size * total
+
+    def one_level_down(depth, carry):
+        node, target, value, probability = carry  # node: position within its level; value: its sum
+        left = 2 * node
+        left_sum, right_sum = tree.nodes[2**depth - 1 + left], tree.nodes[2**depth + left]
+        go_right = target >= left_sum
+        child = jnp.where(go_right, right_sum, left_sum)
+        # float32 rounding at a stratum's edge can step into an empty subtree: probability 0
+        ratio = jnp.where(value > 0, child / jnp.where(value > 0, value, 1.0), 0.0)
+        return left + go_right, jnp.where(go_right, target - left_sum, target), child, probability * ratio
+
+    start = (jnp.zeros(batch_size, jnp.int32), targets, jnp.full(batch_size, total), jnp.ones(batch_size))
+    leaves, _, _, probabilities = jax.lax.fori_loop(1, tree.tree_depth + 1, one_level_down, start)
+    return leaves, probabilities
 
 
 def importance_weights(probabilities: jax.Array, num_items: jax.Array, beta: jax.Array) -> jax.Array:
