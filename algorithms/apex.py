@@ -194,9 +194,6 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         refresh = learner_updates // config.actor_sync_period > state.learner_updates // config.actor_sync_period
         actor_params = select_tree(refresh, train_state.params, state.actor_params)
 
-        leaves = sum_tree.nodes[2**sum_tree.tree_depth - 1:]
-        stored = leaves > 0
-        stored_priorities = jnp.where(stored, leaves, 0.0) ** (1.0 / config.priority_alpha)
         returns_per_actor = episode_returns[-1].reshape(config.num_actors, config.envs_per_actor).mean(axis=1)
         metrics = {
             "train/loss": jnp.where(ready, stats["loss"].mean(), jnp.nan),
@@ -205,8 +202,6 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
             "train/episode_return": episode_returns[-1].mean(),
             "learner/updates": learner_updates.astype(jnp.float32),
             "replay/size": num_items,
-            "replay/priority_mean": stored_priorities.sum() / jnp.maximum(stored.sum(), 1),
-            "replay/priority_max": stored_priorities.max(),
             "replay/is_weight_min": jnp.where(ready, stats["is_weight_min"].min(), jnp.nan),
             "replay/is_weight_mean": jnp.where(ready, stats["is_weight_mean"].mean(), jnp.nan),
             **{f"actors/return_eps_{float(eps):.3g}": returns_per_actor[i] for i, eps in enumerate(epsilons)},
@@ -215,9 +210,19 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
                               env_steps, learner_updates, key)
         return new_state, metrics
 
+    def replay_metrics(state: ApexState) -> dict:
+        """Mean and max raw priority |delta| over the stored items (a pass over every leaf: once per chunk)."""
+        tree = state.replay_state.sum_tree_state
+        leaves = tree.nodes[2**tree.tree_depth - 1:]
+        stored = leaves > 0
+        priorities = jnp.where(stored, leaves, 0.0) ** (1.0 / config.priority_alpha)
+        return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
+                "replay/priority_max": priorities.max()}
+
     def act(state: ApexState, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
 
     return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
-                     health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates")
+                     health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",
+                     state_metrics=replay_metrics)

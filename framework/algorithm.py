@@ -27,3 +27,6 @@ class Algorithm(NamedTuple):
     # before learning starts they may be NaN ("not yet"). Checked per seed with `nan_policy`.
     health_metrics: tuple[str, ...] = ()
     learner_steps: Optional[str] = None
+    # Optional metrics of a seed's state alone (state -> metrics), computed once per chunk from its
+    # final state instead of after every update: for statistics over big arrays, e.g. the replay.
+    state_metrics: Optional[Callable[[Any], Metrics]] = None

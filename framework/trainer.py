@@ -41,12 +41,16 @@ def _stacked(tree: Any) -> Any:
     return jax.tree.map(lambda x: x[None], tree)
 
 
-def run_updates(update_all_seeds: Callable, state: Any, num_updates: int) -> tuple[Any, Any]:
-    """`num_updates` updates of every seed in one scan; the metrics of the last one."""
+def run_updates(algorithm: Algorithm, state: Any, num_updates: int) -> tuple[Any, Any]:
+    """`num_updates` updates of every seed (state [seed, ...]) in one scan; the metrics of the last
+    one, and the algorithm's state metrics of the final state."""
+    update_all_seeds = jax.vmap(algorithm.update)
     _, metrics_shape = jax.eval_shape(update_all_seeds, state)
     no_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metrics_shape)
     step = lambda carry, _: (update_all_seeds(carry[0]), None)
     (state, metrics), _ = jax.lax.scan(step, (state, no_metrics), length=num_updates)
+    if algorithm.state_metrics is not None:
+        metrics = {**metrics, **jax.vmap(algorithm.state_metrics)(state)}
     return state, metrics
 
 
@@ -62,7 +66,7 @@ def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, me
     """Independent seeds split over the devices: state [seed, ...]."""
     seeds = PartitionSpec(DEVICE_AXIS)
     on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=seeds, check_vma=False)
-    chunk = lambda state: run_updates(jax.vmap(algorithm.update), state, num_updates)
+    chunk = lambda state: run_updates(algorithm, state, num_updates)
     return Programs(jax.jit(on_mesh(jax.vmap(algorithm.init), seeds)),
                     # check_vma=False: algorithms stay free of device-axis type annotations on their scan carries
                     jax.jit(on_mesh(chunk, seeds), donate_argnums=0),
@@ -74,7 +78,7 @@ def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable,
     devices, everywhere = PartitionSpec(DEVICE_AXIS), PartitionSpec()
     on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=devices, check_vma=False)
     init = lambda keys: _stacked(jax.vmap(algorithm.init)(keys))
-    chunk = lambda state: _stacked(run_updates(jax.vmap(algorithm.update), _on_this_device(state), num_updates))
+    chunk = lambda state: _stacked(run_updates(algorithm, _on_this_device(state), num_updates))
     # the parameters are the same on every device, so every device evaluates with the same keys
     evaluate = lambda state, keys: _stacked(jax.vmap(evaluate_one_seed)(_on_this_device(state), keys))
     return Programs(jax.jit(on_mesh(init, everywhere)), jax.jit(on_mesh(chunk, devices), donate_argnums=0),

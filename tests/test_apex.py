@@ -56,6 +56,11 @@ def test_one_program_trains_and_syncs_the_actors():
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4
     tree = state.replay_state.sum_tree_state
     np.testing.assert_allclose(tree.nodes[0], tree.nodes[2**tree.tree_depth - 1:].sum(), rtol=1e-6)
+    # the replay's priority statistics come once per chunk, from its final state
+    leaves = np.asarray(tree.nodes[2**tree.tree_depth - 1:], dtype=np.float64)
+    stored = leaves[leaves > 0] ** (1 / config.priority_alpha)
+    np.testing.assert_allclose([metrics["replay/priority_mean"], metrics["replay/priority_max"]],
+                               [stored.mean(), stored.max()], rtol=1e-5)
     again, _ = run(jax.random.key(0))
     for a, b in zip(jax.tree.leaves(state.train_state.params), jax.tree.leaves(again.train_state.params)):
         np.testing.assert_array_equal(a, b)
