@@ -287,6 +287,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         progress = saved
         if writer:
             keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
+    elif writer:
+        keep_first_lines(run_dir / "metrics.jsonl", 0)  # a fresh run in a used run dir starts a fresh log
     loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
     summary, stop, last = None, StopRequest(), False

@@ -62,6 +62,8 @@ def test_target_return_stops_early_and_records_when(tmp_path):
 
 
 def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
+    # also a used run dir: a fresh (not resumed) run starts a fresh metrics.jsonl
+    (tmp_path / "metrics.jsonl").write_text('{"env_steps": 999, "from": "an earlier run"}\n')
     result = run_cli(*TINY, "seed=0", run_dir=tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["num_devices"] == 2
