@@ -43,15 +43,15 @@ class ApexConfig:
     n_step: int = 3
     discount: float = 0.99
     buffer_size: int = 100_000
-    batch_size: int = 128
+    batch_size: int = 64
     learning_starts: int = 2_000  # transitions in replay before the learner starts
     learner_updates_per_iteration: int = 16
-    learning_rate: float = 3e-3
+    learning_rate: float = 1e-2
     max_grad_norm: float = 40.0
     priority_alpha: float = 0.6
     beta_start: float = 0.4
     beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
-    target_update_period: int = 125
+    target_update_period: int = 32
     dueling: bool = True
     double_q: bool = True
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
