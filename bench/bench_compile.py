@@ -1,16 +1,18 @@
-"""Compile time and run speed of the trainer's programs at each XLA CPU backend optimisation level.
+"""Compile time and run speed of the trainer's programs under XLA CPU backend optimisation levels.
 
-    python bench/bench_compile.py [--seeds 10] [--rounds 6]
+    python bench/bench_compile.py [--seeds 10] [--rounds 6] [--launches 2]
 
-For DQN and Ape-X (their defaults, CartPole, 10 seeds in one program, 20 updates per chunk) it
-builds the trainer's three programs (`init`, `run_chunk`, `evaluate`) with
-`xla_backend_optimization_level` 0, 1 and 2 (2 is XLA's default), one after the other on an
-otherwise idle machine, and reports seconds to compile each. Then it times `run_chunk` at levels
-1 and 2 in interleaved rounds from the same initial state (median of the rounds after two warm-up
-calls; the metrics come back to the host every call). The trainer uses level 0 for `init` (it
-runs once) and level 1 for the others (`framework.trainer.CPU_COMPILER_OPTIONS`).
+1. For DQN and Ape-X (their defaults, CartPole, 10 seeds in one program, 20 updates per chunk):
+   seconds of `framework.trainer.compile_programs` (trace, lower and build `init`, `run_chunk` and
+   `evaluate`, the three builds side by side in threads, as a run does) in a fresh process, with
+   XLA's default options for every program and with the trainer's `CPU_COMPILER_OPTIONS`
+   (`xla_backend_optimization_level` 0 for `init`, which runs once, and 1 for the others).
+   Launches alternate between the two so both see the same machine load.
+2. `run_chunk` at levels 1 and 2 (XLA's default), timed in interleaved rounds from the same initial
+   state (median of the rounds after two warm-up calls; the metrics come back to the host every call).
 """
 import argparse
+import subprocess
 import sys
 import time
 
@@ -18,31 +20,36 @@ import numpy as np
 
 from shared import REPO_ROOT, format_rate, print_machine, print_table
 
-LEVELS = (0, 1, 2)
 UPDATES_PER_CHUNK = 20
+
+
+def build_algorithm(name: str):
+    """The algorithm's defaults on CartPole, and its evaluation of 16 episodes per seed."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from algorithms.apex import ApexConfig, make_apex
+    from algorithms.dqn import DQNConfig, make_dqn
+    from envs import make
+    from framework.evaluation import make_evaluate
+
+    env, env_params = make("cartpole")
+    algorithm = (make_apex(ApexConfig(), env, env_params) if name == "apex" else make_dqn(DQNConfig(), env, env_params))
+    return algorithm, make_evaluate(env, env_params, algorithm.act, 16)
 
 
 def programs_of(name: str, num_seeds: int):
     import jax
 
     sys.path.insert(0, str(REPO_ROOT))
-    from algorithms.apex import ApexConfig, make_apex
-    from algorithms.dqn import DQNConfig, make_dqn
-    from envs import make
-    from framework.evaluation import make_evaluate
     from framework.parallel import make_mesh
     from framework.trainer import learner_parallel_programs, seed_parallel_programs
 
-    env, env_params = make("cartpole")
-    algorithm = (make_apex(ApexConfig(), env, env_params) if name == "apex" else make_dqn(DQNConfig(), env, env_params))
+    algorithm, evaluate_one_seed = build_algorithm(name)
     make_programs = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
-    programs = make_programs(algorithm, make_evaluate(env, env_params, algorithm.act, 16),
-                             make_mesh(num_seeds, algorithm.parallel_learners, 1), UPDATES_PER_CHUNK)
+    programs = make_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
+                             UPDATES_PER_CHUNK)
     keys = jax.random.split(jax.random.key(0), num_seeds)
     abstract_state = jax.eval_shape(programs.init, keys)
-    lowered = {"init": programs.init.lower(keys), "run_chunk": programs.run_chunk.lower(abstract_state),
-               "evaluate": programs.evaluate.lower(abstract_state, keys)}
-    return algorithm, programs, keys, lowered
+    return algorithm, programs, keys, {"run_chunk": programs.run_chunk.lower(abstract_state)}
 
 
 def compile_seconds(lowered, level: int) -> tuple[float, object]:
@@ -51,22 +58,42 @@ def compile_seconds(lowered, level: int) -> tuple[float, object]:
     return time.perf_counter() - start, compiled
 
 
-def measure(name: str, num_seeds: int, rounds: int) -> tuple[list[list[str]], list[list[str]]]:
+OPTION_SETS = {"XLA default (level 2) for all": ({}, {}, {}),
+               "trainer: init 0, run_chunk 1, evaluate 1": None}  # None: framework.trainer.CPU_COMPILER_OPTIONS
+
+
+def compile_launch(name: str, option_set: str, num_seeds: int) -> float:
+    """Seconds of the trainer's compile_programs in a fresh process."""
+    child = subprocess.run([sys.executable, __file__, "--worker", name, option_set, "--seeds", str(num_seeds)],
+                           check=True, capture_output=True, text=True)
+    return float(child.stdout.strip().splitlines()[-1])
+
+
+def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
+    import jax
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from framework import trainer
+    from framework.parallel import make_mesh
+
+    if OPTION_SETS[option_set] is not None:
+        trainer.CPU_COMPILER_OPTIONS = OPTION_SETS[option_set]
+    algorithm, evaluate_one_seed = build_algorithm(name)
+    keys = jax.random.split(jax.random.key(0), num_seeds)
+    start = time.perf_counter()
+    trainer.compile_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
+                             UPDATES_PER_CHUNK, keys, keys)
+    print(time.perf_counter() - start)
+
+
+def speed_rows(name: str, num_seeds: int, rounds: int) -> list[list[str]]:
+    """run_chunk at levels 1 and 2, timed in interleaved rounds from the same initial state."""
     import jax
 
     algorithm, programs, keys, lowered = programs_of(name, num_seeds)
-    compile_rows, chunks = [], {}
-    for level in LEVELS:
-        seconds = {}
-        for program, lowered_program in lowered.items():
-            seconds[program], compiled = compile_seconds(lowered_program, level)
-            if program == "run_chunk":
-                chunks[level] = compiled
-        compile_rows.append([f"{name}, level {level}{' (XLA default)' if level == 2 else ''}",
-                             *(f"{seconds[p]:.2f}" for p in lowered), f"{sum(seconds.values()):.2f}"])
-
-    initial = programs.init(keys)
     timed_levels = (1, 2)
+    chunks = {level: compile_seconds(lowered["run_chunk"], level)[1] for level in timed_levels}
+    initial = programs.init(keys)
     states = {level: jax.tree.map(lambda x: x.copy(), initial) for level in timed_levels}
     times = {level: [] for level in timed_levels}
     for round_index in range(rounds + 2):  # interleaved, so both levels see the same machine load
@@ -76,28 +103,35 @@ def measure(name: str, num_seeds: int, rounds: int) -> tuple[list[list[str]], li
             loss = float(np.nanmean(jax.device_get(metrics["train/loss"])))
             if round_index >= 2:
                 times[level].append(time.perf_counter() - start)
-    env_steps = UPDATES_PER_CHUNK * algorithm.env_steps_per_update * num_seeds
-    speed_rows = [[f"{name}, level {level}", format_rate(env_steps / float(np.median(times[level]))),
-                   f"{float(np.median(times[level])) * 1e3:.0f}"] for level in timed_levels]
     assert np.isfinite(loss), "the learners must have trained"
-    return compile_rows, speed_rows
+    env_steps = UPDATES_PER_CHUNK * algorithm.env_steps_per_update * num_seeds
+    return [[f"{name}, level {level}", format_rate(env_steps / float(np.median(times[level]))),
+             f"{float(np.median(times[level])) * 1e3:.0f}"] for level in timed_levels]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--launches", type=int, default=2, help="fresh processes per algorithm and option set")
+    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        compile_worker(args.worker[0], args.worker[1], args.seeds)
+        return
     print_machine("lightspeed compile-time benchmark")
-    compile_rows, speed_rows = [], []
-    for name in ("dqn", "apex"):
-        rows = measure(name, args.seeds, args.rounds)
-        compile_rows += rows[0]
-        speed_rows += rows[1]
-    print_table(f"1. Seconds to compile each program ({args.seeds} seeds, one at a time)",
-                ["algorithm, xla_backend_optimization_level", "init", "run_chunk", "evaluate", "all"], compile_rows)
+    names = ("dqn", "apex")
+    seconds = {(name, option_set): [] for name in names for option_set in OPTION_SETS}
+    for _ in range(args.launches):
+        for name, option_set in seconds:
+            seconds[name, option_set].append(compile_launch(name, option_set, args.seeds))
+    print_table(f"1. Seconds to build a run's three programs ({args.seeds} seeds; fresh process per launch)",
+                ["algorithm, options", "launches [s]", "best [s]"],
+                [[f"{name}, {option_set}", ", ".join(f"{t:.2f}" for t in times), f"{min(times):.2f}"]
+                 for (name, option_set), times in seconds.items()])
     print_table(f"2. run_chunk speed ({UPDATES_PER_CHUNK} updates of {args.seeds} seeds per call, median of "
-                f"{args.rounds} interleaved rounds)", ["algorithm, level", "env steps/s", "ms per call"], speed_rows)
+                f"{args.rounds} interleaved rounds)", ["algorithm, level", "env steps/s", "ms per call"],
+                [row for name in names for row in speed_rows(name, args.seeds, args.rounds)])
 
 
 if __name__ == "__main__":
