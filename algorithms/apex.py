@@ -43,7 +43,7 @@ class ApexConfig:
     n_step: int = 3
     discount: float = 0.99
     buffer_size: int = 100_000
-    batch_size: int = 64
+    batch_size: int = 32
     learning_starts: int = 2_000  # transitions in replay before the learner starts
     learner_updates_per_iteration: int = 16
     learning_rate: float = 1e-2
