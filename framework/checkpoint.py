@@ -62,6 +62,22 @@ def check_digests(step_dir: Path) -> None:
         raise OSError(f"{len(damaged)} file(s) missing or changed since written, e.g. {damaged[0]}")
 
 
+def saved_steps(run_dir: Path) -> list[int]:
+    """Env steps of the checkpoints in `run_dir` (as the first process sees them)."""
+    directory = run_dir / CHECKPOINT_DIR
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()) if directory.is_dir() else []
+    return _json_from_first_process(steps if jax.process_index() == 0 else None)
+
+
+def refuse_to_overwrite(run_dir: Path) -> None:
+    """A fresh run must not overwrite (or later mix with) an earlier run's checkpoints in its run dir."""
+    steps = saved_steps(run_dir)
+    if steps:
+        raise ConfigError("resume", False, "true, to continue that run; or another hydra.run.dir, to start over",
+                          f"{run_dir / CHECKPOINT_DIR} holds an earlier run's checkpoints, the newest at env step "
+                          f"{steps[-1]:,}, which a fresh run would overwrite")
+
+
 def _from_first_process(tree: Any) -> Any:
     """Process 0's values of a host pytree on every process (the others pass same-shaped arrays)."""
     if jax.process_count() == 1:

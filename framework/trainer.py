@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework import registry
 from framework.algorithm import Algorithm
 from framework.config import TrainConfig, chunk_updates, validated
-from framework.checkpoint import CHECKPOINT_DIR, Checkpointer
+from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, refuse_to_overwrite
 from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
 from framework.evaluation import make_evaluate
 from framework.loggers import Loggers, make_loggers
@@ -255,6 +255,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
     if train_cfg.resume and checkpointer.latest_step() is None:
         raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
+    if not train_cfg.resume:
+        refuse_to_overwrite(run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if writer:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -76,6 +76,17 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_fresh_run_refuses_a_run_dir_holding_checkpoints(tmp_path):
+    tiny = ("algo=tabular_q", "env=gridworld", "total_env_steps=8000", "checkpoint.every=4000")
+    assert run_cli(*tiny, run_dir=tmp_path).returncode == 0
+    saved = {p: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()}
+    result = run_cli(*tiny, "seed=1", run_dir=tmp_path)  # the same command again, forgetting resume=true
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "resume=False" in result.stderr and "earlier run's checkpoints" in result.stderr
+    assert "hydra.run.dir" in result.stderr
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()} == saved
+
+
 def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identically(tmp_path):
     overrides = (*DQN_TWO_SEEDS[:-3], "checkpoint.every=0")  # no periodic checkpoints: Ctrl-C must write one
     uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
