@@ -2,17 +2,24 @@
 from pathlib import Path
 from typing import Optional, Sequence
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, imported on first use: ~0.4 s that a run's start need not pay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_learning_curve(env_steps: Sequence[int], returns_per_seed: np.ndarray, path: Path,
                         target_return: Optional[float] = None, title: str = "") -> None:
     """Evaluation return per seed (thin) and their mean (bold) against env steps."""
     returns_per_seed = np.asarray(returns_per_seed, dtype=float).reshape(len(env_steps), -1)
+    plt = _pyplot()
     figure, axes = plt.subplots(figsize=(7, 4))
     if returns_per_seed.shape[1] > 1:
         axes.plot(env_steps, returns_per_seed, color="tab:blue", alpha=0.25, linewidth=0.8)
@@ -30,8 +37,9 @@ def plot_learning_curve(env_steps: Sequence[int], returns_per_seed: np.ndarray, 
 def plot_grid_values(values: np.ndarray, path: Path, walls: np.ndarray, path_cells: Sequence[tuple[int, int]],
                      start: Sequence[int], goal: Sequence[int], title: str = "") -> None:
     """A heatmap of a value per grid cell, walls in black, a path drawn from start to goal."""
+    plt = _pyplot()
     shown = np.ma.masked_where(walls, values)
-    colormap = matplotlib.colormaps["viridis"].with_extremes(bad="black")
+    colormap = plt.colormaps["viridis"].with_extremes(bad="black")
     height, width = values.shape
     figure, axes = plt.subplots(figsize=(max(4, width * 0.6), max(3, height * 0.6)))
     image = axes.imshow(shown, cmap=colormap)
