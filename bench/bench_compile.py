@@ -36,7 +36,8 @@ def build_algorithm(name: str):
     return algorithm, make_evaluate(env, env_params, algorithm.act, 16)
 
 
-def programs_of(name: str, num_seeds: int):
+def run_chunk_at(name: str, num_seeds: int, levels: tuple[int, ...]):
+    """The algorithm, its initial state and its run_chunk program built at each backend level."""
     import jax
 
     sys.path.insert(0, str(REPO_ROOT))
@@ -48,14 +49,9 @@ def programs_of(name: str, num_seeds: int):
     programs = make_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
                              UPDATES_PER_CHUNK)
     keys = jax.random.split(jax.random.key(0), num_seeds)
-    abstract_state = jax.eval_shape(programs.init, keys)
-    return algorithm, programs, keys, {"run_chunk": programs.run_chunk.lower(abstract_state)}
-
-
-def compile_seconds(lowered, level: int) -> tuple[float, object]:
-    start = time.perf_counter()
-    compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": level})
-    return time.perf_counter() - start, compiled
+    lowered = programs.run_chunk.lower(jax.eval_shape(programs.init, keys))
+    chunks = {level: lowered.compile(compiler_options={"xla_backend_optimization_level": level}) for level in levels}
+    return algorithm, programs.init(keys), chunks
 
 
 OPTION_SETS = {"XLA default (level 2) for all": ({}, {}, {}),
@@ -90,10 +86,8 @@ def speed_rows(name: str, num_seeds: int, rounds: int) -> list[list[str]]:
     """run_chunk at levels 1 and 2, timed in interleaved rounds from the same initial state."""
     import jax
 
-    algorithm, programs, keys, lowered = programs_of(name, num_seeds)
     timed_levels = (1, 2)
-    chunks = {level: compile_seconds(lowered["run_chunk"], level)[1] for level in timed_levels}
-    initial = programs.init(keys)
+    algorithm, initial, chunks = run_chunk_at(name, num_seeds, timed_levels)
     states = {level: jax.tree.map(lambda x: x.copy(), initial) for level in timed_levels}
     times = {level: [] for level in timed_levels}
     for round_index in range(rounds + 2):  # interleaved, so both levels see the same machine load
