@@ -212,10 +212,8 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
 
     def replay_metrics(state: ApexState) -> dict:
         """Mean and max raw priority |delta| over the stored items (a pass over every leaf: once per chunk)."""
-        tree = state.replay_state.sum_tree_state
-        leaves = tree.nodes[2**tree.tree_depth - 1:]
-        stored = leaves > 0
-        priorities = jnp.where(stored, leaves, 0.0) ** (1.0 / config.priority_alpha)
+        priorities = replay.stored_priorities(state.replay_state)
+        stored = priorities > 0
         return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
                 "replay/priority_max": priorities.max()}
 

@@ -26,6 +26,7 @@ class PrioritizedReplay(NamedTuple):
     sample: Any  # (state, key) -> (items [batch, ...], indices [batch], probabilities [batch])
     set_priorities: Any  # (state, indices, priorities) -> state; raw priorities, the exponent applied inside
     can_sample: Any
+    stored_priorities: Any  # state -> raw priority of every slot (0: empty), the exponent undone
 
 
 def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_exponent: float,
@@ -60,7 +61,12 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
         items = jax.tree.map(lambda x: x[indices // slots_per_row, indices % slots_per_row], state.experience)
         return items, indices, probabilities
 
-    return PrioritizedReplay(buffer.init, add, sample, set_priorities, buffer.can_sample)
+    def stored_priorities(state: Any) -> jax.Array:
+        tree = state.sum_tree_state
+        leaves = tree.nodes[2**tree.tree_depth - 1:]
+        return jnp.where(leaves > 0, leaves, 0.0) ** (1.0 / priority_exponent)
+
+    return PrioritizedReplay(buffer.init, add, sample, set_priorities, buffer.can_sample, stored_priorities)
 
 
 def set_leaves(tree: Any, leaf_indices: jax.Array, values: jax.Array) -> Any:
