@@ -17,7 +17,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import actor_epsilons, epsilon_greedy
+from algorithms.common.exploration import actor_epsilons, epsilon_greedy, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
@@ -138,24 +138,23 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         return ApexState(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params, params,
                          replay.init(example), env_state, obs, window, jnp.int32(0), jnp.int32(0), key)
 
-    def actor_step(carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
+    def actor_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, tuple]:
         """Every env of every actor steps once; the oldest n-step transitions get their priorities."""
         actor_params, env_state, obs, window = carry
-        action_key, env_key = jax.random.split(key)
+        action_uniforms, env_keys = draws
         q_values = network.apply(actor_params, obs)
-        actions = epsilon_greedy(q_values, env_epsilons, jax.random.uniform(action_key, (num_envs,)))
-        next_obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(env_key, num_envs), env_state, actions, env_params)
+        actions = epsilon_greedy(q_values, env_epsilons, action_uniforms)
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
         window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
                                "truncated": truncated, "next_obs": info["final_observation"]}, config.n_step)
         items = oldest_transition(window, config.discount)
         priorities = actor_priorities(actor_params, items, network, config.double_q)
         return (actor_params, env_state, next_obs, window), (items, priorities, info["returned_episode_return"])
 
-    def learner_step(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
+    def learner_step(carry: tuple, uniforms: jax.Array) -> tuple[tuple, dict]:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
         train_state, target_params, replay_state, num_items, learner_updates = carry
-        items, indices, probabilities = replay.sample(replay_state, key)
+        items, indices, probabilities = replay.sample(replay_state, uniforms)
         weights = importance_weights(probabilities, num_items, annealed_beta(config, learner_updates))
 
         (loss, (errors, chosen)), grads = learner_gradients(
@@ -174,7 +173,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         key, rollout_key, learn_key = jax.random.split(state.key, 3)
         carry = (state.actor_params, state.env_state, state.obs, state.window)
         (_, env_state, obs, window), (items, priorities, episode_returns) = jax.lax.scan(
-            actor_step, carry, jax.random.split(rollout_key, config.rollout_length))
+            actor_step, carry, rollout_draws(rollout_key, config.rollout_length, num_envs))
         # [steps, envs, ...] -> [envs, steps, ...]: each env writes its own replay row
         by_env = lambda x: jnp.swapaxes(x, 0, 1)
         replay_state = replay.add(state.replay_state, jax.tree.map(by_env, items), by_env(priorities))
@@ -182,8 +181,9 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         num_items = jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32)
 
         learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates)
-        learned, stats = jax.lax.scan(learner_step, learn_carry,
-                                      jax.random.split(learn_key, config.learner_updates_per_iteration))
+        # every batch's stratum positions at once: one draw site, not one per learner step
+        stratum_uniforms = jax.random.uniform(learn_key, (config.learner_updates_per_iteration, config.batch_size))
+        learned, stats = jax.lax.scan(learner_step, learn_carry, stratum_uniforms)
         ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
         train_state, target_params, learned_replay, _, learner_updates = learned
         train_state, target_params, learner_updates = select_tree(

@@ -1,23 +1,24 @@
-"""DQN: Flax Q-network, Optax optimizer, Flashbax uniform replay, n-step double-Q targets.
+"""DQN: Flax Q-network, Optax optimizer, uniform replay on Flashbax, n-step double-Q targets.
 
 One update = `train_every` env steps over `num_envs` vectorized envs, their n-step transitions
 added to replay, then `updates_per_train` gradient steps once `learning_starts` is reached.
-Terminations never bootstrap; truncations bootstrap from the final observation.
+Terminations never bootstrap; truncations bootstrap from the final observation. An update's
+randomness is drawn in bulk before its loops (see algorithms/common/exploration.rollout_draws).
 """
 import dataclasses
 from typing import Any
 
-import flashbax as fbx
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import epsilon_greedy
+from algorithms.common.exploration import epsilon_greedy, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.targets import huber, squared, td_errors
+from algorithms.common.uniform_replay import make_uniform_replay
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
 from framework.errors import check, check_choice, check_number, check_positive_int
@@ -106,8 +107,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
-    buffer = fbx.make_item_buffer(max_length=config.buffer_size, min_length=config.batch_size,
-                                  sample_batch_size=config.batch_size, add_sequences=True)
+    replay = make_uniform_replay(config.buffer_size, config.batch_size)
     learning_rate = (optax.linear_schedule(config.learning_rate, 0.0, config.lr_decay_steps)
                      if config.lr_decay_steps else config.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate))
@@ -120,27 +120,25 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
         window = empty_window(obs, n)
         example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
-        return DQNState(train_state, params, buffer.init(example), env_state, obs, window,
+        return DQNState(train_state, params, replay.init(example), env_state, obs, window,
                         jnp.int32(0), jnp.int32(0), key)
 
-    def env_step(carry: tuple, key: jax.Array) -> tuple[tuple, dict]:
+    def env_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, dict]:
         """Every env acts epsilon-greedily once; the window's oldest transition becomes an item."""
         params, env_state, obs, window, env_steps = carry
-        action_key, env_key = jax.random.split(key)
+        action_uniforms, env_keys = draws
         q_values = network.apply(params, obs)
-        epsilon = linear_epsilon(config, env_steps)
-        actions = epsilon_greedy(q_values, epsilon, jax.random.uniform(action_key, (num_envs,)))
-        next_obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(env_key, num_envs), env_state, actions, env_params)
+        actions = epsilon_greedy(q_values, linear_epsilon(config, env_steps), action_uniforms)
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
         window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
                                "truncated": truncated, "next_obs": info["final_observation"]}, n)
         item = oldest_transition(window, config.discount)
         carry = (params, env_state, next_obs, window, env_steps + num_envs)
         return carry, {**item, "episode_return": info["returned_episode_return"]}
 
-    def gradient_step(carry: tuple, key: jax.Array) -> tuple[tuple, tuple]:
+    def gradient_step(carry: tuple, random_bits: jax.Array) -> tuple[tuple, tuple]:
         train_state, target_params, replay_state, gradient_steps = carry
-        batch = buffer.sample(replay_state, key).experience
+        batch = replay.sample(replay_state, random_bits)
         (loss, q_mean), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
             train_state.params, target_params, batch, network, config.double_q, td_loss)
         train_state = train_state.apply_gradients(grads=grads)
@@ -153,19 +151,19 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         return (train_state, target_params, replay_state, gradient_steps), (loss, q_mean)
 
     def update(state: DQNState) -> tuple[DQNState, dict]:
-        key, rollout_key, learn_key = jax.random.split(state.key, 3)
+        key, rollout_key, sample_key = jax.random.split(state.key, 3)
         carry = (state.train_state.params, state.env_state, state.obs, state.window, state.env_steps)
         (_, env_state, obs, window, env_steps), items = jax.lax.scan(
-            env_step, carry, jax.random.split(rollout_key, steps_per_update))
+            env_step, carry, rollout_draws(rollout_key, steps_per_update, num_envs))
         episode_returns = items.pop("episode_return")
         # [steps, envs, ...] -> one sequence of items for the buffer
         items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
-        replay_state = buffer.add(state.replay_state, items)
+        replay_state = replay.add(state.replay_state, items)
 
         learn_carry = (state.train_state, state.target_params, replay_state, state.gradient_steps)
-        learned, (losses, q_means) = jax.lax.scan(
-            gradient_step, learn_carry, jax.random.split(learn_key, config.updates_per_train))
-        ready = buffer.can_sample(replay_state) & (env_steps >= config.learning_starts)
+        sample_bits = jax.random.bits(sample_key, (config.updates_per_train, config.batch_size), jnp.uint32)
+        learned, (losses, q_means) = jax.lax.scan(gradient_step, learn_carry, sample_bits)
+        ready = replay.can_sample(replay_state) & (env_steps >= config.learning_starts)
         train_state, target_params, _, gradient_steps = select_tree(ready, learned, learn_carry)
 
         metrics = {

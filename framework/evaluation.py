@@ -14,20 +14,19 @@ def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
 
     def evaluate(state: Any, key: jax.Array) -> jax.Array:
-        reset_key, rollout_key = jax.random.split(key)
-        obs, env_state = reset(jax.random.split(reset_key, num_episodes), env_params)
+        # every key at once, [step, act + one per episode]: one draw site for XLA instead of two per step
+        keys = jax.random.split(key, (horizon + 1, num_episodes + 1))
+        obs, env_state = reset(keys[0, 1:], env_params)
 
-        def one_step(carry, step_key):
+        def one_step(carry, step_keys):
             obs, env_state, returns, running = carry
-            act_key, env_key = jax.random.split(step_key)
-            actions = act(state, obs, act_key)
-            obs, env_state, reward, terminated, truncated, _ = step(
-                jax.random.split(env_key, num_episodes), env_state, actions, env_params)
+            actions = act(state, obs, step_keys[0])
+            obs, env_state, reward, terminated, truncated, _ = step(step_keys[1:], env_state, actions, env_params)
             returns = returns + jnp.where(running, reward, 0.0)
             return (obs, env_state, returns, running & ~(terminated | truncated)), None
 
         initial = (obs, env_state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
-        (_, _, returns, _), _ = jax.lax.scan(one_step, initial, jax.random.split(rollout_key, horizon))
+        (_, _, returns, _), _ = jax.lax.scan(one_step, initial, keys[1:])
         return returns
 
     return evaluate

@@ -24,9 +24,10 @@ def _filled(capacity=64, rows=4, batch=256):
     return replay, state
 
 
-def _sample_counts(replay, state, draws, num_items):
-    sample = jax.jit(lambda key: replay.sample(state, key)[0]["id"])
-    ids = np.concatenate([np.asarray(sample(key)) for key in jax.random.split(jax.random.key(0), draws)])
+def _sample_counts(replay, state, draws, num_items, batch):
+    sample = jax.jit(lambda uniforms: replay.sample(state, uniforms)[0]["id"])
+    uniforms = jax.random.uniform(jax.random.key(0), (draws, batch))
+    ids = np.concatenate([np.asarray(sample(batch)) for batch in uniforms])
     return np.bincount(ids, minlength=num_items)
 
 
@@ -37,7 +38,7 @@ def _chi_square(counts, probabilities):
 
 def test_sampling_follows_priorities_to_the_alpha():
     replay, state = _filled()
-    counts = _sample_counts(replay, state, draws=400, num_items=64)
+    counts = _sample_counts(replay, state, draws=400, num_items=64, batch=256)
     ids = np.arange(64)
     expected = (1.0 + ids % 7) ** ALPHA
     # 99.9% critical value of chi-square with 63 degrees of freedom is 103.4
@@ -46,13 +47,13 @@ def test_sampling_follows_priorities_to_the_alpha():
 
 def test_sampled_probabilities_and_indices_match_the_items():
     replay, state = _filled()
-    items, indices, probabilities = replay.sample(state, jax.random.key(1))
+    items, indices, probabilities = replay.sample(state, jax.random.uniform(jax.random.key(1), (256,)))
     ids = np.asarray(items["id"])
     expected = (1.0 + ids % 7) ** ALPHA / ((1.0 + np.arange(64) % 7) ** ALPHA).sum()
     np.testing.assert_allclose(probabilities, expected, rtol=1e-5)
     # setting the priority of a sampled index changes exactly that item's probability
     state = replay.set_priorities(state, indices[:1], jnp.array([0.0]))
-    later = np.asarray(replay.sample(state, jax.random.key(2))[0]["id"])
+    later = np.asarray(replay.sample(state, jax.random.uniform(jax.random.key(2), (256,)))[0]["id"])
     assert ids[0] not in later
 
 
@@ -103,7 +104,7 @@ def test_sampling_stays_faithful_after_a_million_priority_updates():
     # Flashbax's incremental updates leave its root ~4e-4 of the total off at this point
     assert abs(float(tree.nodes[0]) - leaves.sum()) / leaves.sum() < 1e-6
     _assert_every_node_sums_its_children(tree)
-    counts = _sample_counts(replay, state, draws=200, num_items=1024)
+    counts = _sample_counts(replay, state, draws=200, num_items=1024, batch=512)
     expected = np.asarray(final_priorities, dtype=np.float64) ** ALPHA
     # 99.9% critical value of chi-square with 1023 degrees of freedom is about 1168
     assert _chi_square(counts, expected / expected.sum()) < 1168
@@ -126,16 +127,16 @@ def test_a_learner_loop_updates_the_tree_in_place():
     # whole tree twice per batch, which cost Ape-X half its speed at 100k items
     replay, state = _filled(capacity=1024, rows=4, batch=32)
 
-    def learner_step(state, key):
-        items, indices, probabilities = replay.sample(state, key)
+    def learner_step(state, uniforms):
+        items, indices, probabilities = replay.sample(state, uniforms)
         weights = importance_weights(probabilities, 1024.0, 0.5)
         new_priorities = jnp.abs(items["id"].astype(jnp.float32) - 3.0) + 1e-6
         return replay.set_priorities(state, indices, new_priorities), (weights.min(), weights.mean())
 
-    def learn(state, keys):
-        return jax.lax.scan(learner_step, state, keys)
+    def learn(state, uniforms):
+        return jax.lax.scan(learner_step, state, uniforms)
 
     seeds = jax.tree.map(lambda x: jnp.stack([x, x]), state)
-    keys = jax.random.split(jax.random.key(0), (2, 8))
-    hlo = jax.jit(jax.vmap(learn)).lower(seeds, keys).compile().as_text()
+    uniforms = jax.random.uniform(jax.random.key(0), (2, 8, 32))
+    hlo = jax.jit(jax.vmap(learn)).lower(seeds, uniforms).compile().as_text()
     assert _copies_of_the_tree_inside_loops(hlo, f"2,{seeds.sum_tree_state.nodes.shape[1]}") == []

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 class PrioritizedReplay(NamedTuple):
     init: Any  # example item -> state
     add: Any  # (state, items [rows, steps, ...], priorities [rows, steps]) -> state
-    sample: Any  # (state, key) -> (items [batch, ...], indices [batch], probabilities [batch])
+    sample: Any  # (state, uniforms [batch]) -> (items [batch, ...], indices [batch], probabilities [batch])
     set_priorities: Any  # (state, indices, priorities) -> state; raw priorities, the exponent applied inside
     can_sample: Any
     stored_priorities: Any  # state -> raw priority of every slot (0: empty), the exponent undone
@@ -56,8 +56,9 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
         indices = jnp.arange(rows)[:, None] * slots_per_row + slots[None, :]
         return set_priorities(state, indices.ravel(), priorities.ravel())
 
-    def sample(state: Any, key: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
-        indices, probabilities = stratified_sample(state.sum_tree_state, key, batch_size)
+    def sample(state: Any, uniforms: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+        """`uniforms` in [0, 1), one per stratum, drawn for many batches at once by the caller."""
+        indices, probabilities = stratified_sample(state.sum_tree_state, uniforms)
         items = jax.tree.map(lambda x: x[indices // slots_per_row, indices % slots_per_row], state.experience)
         return items, indices, probabilities
 
@@ -85,11 +86,13 @@ def set_leaves(tree: Any, leaf_indices: jax.Array, values: jax.Array) -> Any:
     return tree.replace(nodes=nodes)
 
 
-def stratified_sample(tree: Any, key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
-    """One leaf from each of `batch_size` equal strata of the total priority (Schaul et al., 2016),
-    with its probability (leaf / total, as the product of the ratios child / parent on its path)."""
+def stratified_sample(tree: Any, uniforms: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One leaf from each of len(uniforms) equal strata of the total priority (Schaul et al., 2016),
+    at `uniforms` within them, with its probability (leaf / total, as the product of the ratios
+    child / parent on its path)."""
+    batch_size = uniforms.shape[0]
     total = tree.nodes[0]
-    targets = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) / batch_size * total
+    targets = (jnp.arange(batch_size) + uniforms) / batch_size * total
 
     def one_level_down(depth, carry):
         node, target, value, probability = carry  # node: position within its level; value: its sum
