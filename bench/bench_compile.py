@@ -6,7 +6,8 @@
    seconds of `framework.trainer.compile_programs` (trace, lower and build `init`, `run_chunk` and
    `evaluate`, the three builds side by side in threads, as a run does) in a fresh process, with
    XLA's default options for every program and with the trainer's `CPU_COMPILER_OPTIONS`
-   (`xla_backend_optimization_level` 0 for `init`, which runs once, and 1 for the others).
+   (`xla_backend_optimization_level` 0 for `init`, which runs once, and 1 for the others; XLA's
+   older emitters for `init` and `evaluate`).
    Launches alternate between the two so both see the same machine load.
 2. `run_chunk` at levels 1 and 2 (XLA's default), timed in interleaved rounds from the same initial
    state (median of the rounds after two warm-up calls; the metrics come back to the host every call).
@@ -55,7 +56,7 @@ def run_chunk_at(name: str, num_seeds: int, levels: tuple[int, ...]):
 
 
 OPTION_SETS = {"XLA default (level 2) for all": ({}, {}, {}),
-               "trainer: init 0, run_chunk 1, evaluate 1": None}  # None: framework.trainer.CPU_COMPILER_OPTIONS
+               "trainer's CPU_COMPILER_OPTIONS": None}  # levels 0 / 1 / 1, older emitters for init and evaluate
 
 
 def compile_launch(name: str, option_set: str, num_seeds: int) -> float:
@@ -66,8 +67,6 @@ def compile_launch(name: str, option_set: str, num_seeds: int) -> float:
 
 
 def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
-    import jax
-
     sys.path.insert(0, str(REPO_ROOT))
     from framework import trainer
     from framework.parallel import make_mesh
@@ -75,10 +74,9 @@ def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
     if OPTION_SETS[option_set] is not None:
         trainer.CPU_COMPILER_OPTIONS = OPTION_SETS[option_set]
     algorithm, evaluate_one_seed = build_algorithm(name)
-    keys = jax.random.split(jax.random.key(0), num_seeds)
     start = time.perf_counter()
     trainer.compile_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
-                             UPDATES_PER_CHUNK, keys, keys)
+                             UPDATES_PER_CHUNK, num_seeds)
     print(time.perf_counter() - start)
 
 

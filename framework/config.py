@@ -100,6 +100,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         check_positive_int("seed", self.seed, minimum=0)
+        check(self.seed < 2**32, "seed", self.seed, f"at most {2**32 - 1}", "keys are derived from a uint32 seed")
         check_positive_int("num_seeds", self.num_seeds)
         if self.num_devices is not None:
             check_positive_int("num_devices", self.num_devices)

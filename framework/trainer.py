@@ -54,11 +54,29 @@ def run_updates(algorithm: Algorithm, state: Any, num_updates: int) -> tuple[Any
 
 
 class Programs(NamedTuple):
-    """The three jitted programs of a run, over all seeds (and learners)."""
+    """The jitted programs of a run, over all seeds (and learners)."""
 
     init: Callable  # seed keys [S] -> state
     run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
     evaluate: Callable  # (state, eval keys [S]) -> returns [(device,) S, episodes]
+
+
+def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
+    """Every seed's init key, and every seed's key for evaluation number `evaluation` (seed: uint32)."""
+    init_key, eval_root_key = jax.random.split(jax.random.key(seed))
+    return jax.random.split(init_key, num_seeds), jax.random.split(jax.random.fold_in(eval_root_key, evaluation), num_seeds)
+
+
+class SeededPrograms(NamedTuple):
+    """The compiled programs of a run; they derive their keys from the run's seed themselves.
+
+    Each random op run eagerly on the host would first compile its own small XLA program (~80 ms
+    apiece on this CPU, four of them before the first evaluation).
+    """
+
+    init: Callable  # seed (uint32) -> state
+    run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
+    evaluate: Callable  # (state, seed, evaluation number (int32)) -> returns [(device,) S, episodes]
 
 
 def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
@@ -157,23 +175,32 @@ CPU_COMPILER_OPTIONS = ({"xla_backend_optimization_level": 0, **_OLD_EMITTERS}, 
                         {"xla_backend_optimization_level": 1, **_OLD_EMITTERS})
 
 
+SEED, EVALUATION = jax.ShapeDtypeStruct((), np.uint32), jax.ShapeDtypeStruct((), np.int32)
+
+
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
-                     seed_keys: jax.Array, eval_keys: jax.Array,
-                     before_compiling: Callable[[Any], None] = lambda abstract_state: None) -> Programs:
+                     num_seeds: int, before_compiling: Callable[[Any], None] = lambda abstract_state: None
+                     ) -> SeededPrograms:
     """The run's programs for its layout, compiled ahead of time and side by side.
 
     `before_compiling(abstract_state)` may still refuse the run (ConfigError) at no compile cost.
     """
     make = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
     programs = make(algorithm, evaluate_one_seed, mesh, updates_per_chunk)
-    abstract_state = jax.eval_shape(programs.init, seed_keys)
+    init = jax.jit(lambda seed: programs.init(run_keys(seed, 0, num_seeds)[0]))
+    evaluate = jax.jit(lambda state, seed, evaluation: programs.evaluate(state, run_keys(seed, evaluation, num_seeds)[1]))
+    abstract_state = jax.eval_shape(init, SEED)
     before_compiling(abstract_state)
-    lowered = (programs.init.lower(seed_keys), programs.run_chunk.lower(abstract_state),
-               programs.evaluate.lower(abstract_state, eval_keys))
-    options = CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else ({}, {}, {})
-    # XLA compiles outside the GIL, so the three programs build on both cores at once
-    with ThreadPoolExecutor(len(lowered)) as pool:
-        return Programs(*pool.map(lambda program, opts: program.compile(compiler_options=opts), lowered, options))
+    init_options, chunk_options, evaluate_options = (CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu"
+                                                     else ({}, {}, {}))
+    # XLA compiles outside the GIL and builds run_chunk, the longest, on about one core: it starts
+    # first, and the other two are traced and built beside it
+    with ThreadPoolExecutor(3) as pool:
+        build = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
+        run_chunk = build(programs.run_chunk.lower(abstract_state), chunk_options)
+        init = build(init.lower(SEED), init_options)
+        evaluate = build(evaluate.lower(abstract_state, SEED, EVALUATION), evaluate_options)
+        return SeededPrograms(init.result(), run_chunk.result(), evaluate.result())
 
 
 def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int,
@@ -268,22 +295,19 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     env_steps_per_update = algorithm.env_steps_per_update * (mesh.size if learners else 1)
     updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
     env_steps_per_chunk = updates_per_chunk * env_steps_per_update
-    init_key, eval_root_key = jax.random.split(jax.random.key(train_cfg.seed))
     evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
     compile_start = time.time()
-    seed_keys = jax.random.split(init_key, num_seeds)
     checkpoints_kept = train_cfg.checkpoint.keep if checkpointer else 0
     fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
-    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, seed_keys,
-                                jax.random.split(eval_root_key, num_seeds), fits)
-    state = programs.init(seed_keys)
+    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits)
+    run_seed = np.uint32(train_cfg.seed)
+    state = programs.init(run_seed)
     compile_seconds = time.time() - compile_start
     gc.freeze()  # startup's objects (run.py pauses the collector until here) stay out of later scans
     gc.enable()
 
     def evaluate_returns(state, index: int) -> np.ndarray:
-        keys = jax.random.split(jax.random.fold_in(eval_root_key, index), num_seeds)
-        return per_seed(to_host(programs.evaluate(state, keys)), learners).mean(axis=-1)
+        return per_seed(to_host(programs.evaluate(state, run_seed, np.int32(index))), learners).mean(axis=-1)
 
     tracker = SolveTracker(num_seeds, train_cfg.target_return)
     progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}

@@ -8,6 +8,7 @@ CASES = {
     "unknown algo lists the known ones": (["algo=nope"], ["algo='nope'", "unknown algo", "tabular_q"]),
     "unknown env lists the known ones": (["env=nope"], ["env='nope'", "unknown env", "cartpole, gridworld"]),
     "wrong type": (["num_seeds=abc"], ["num_seeds", "abc"]),
+    "seed beyond uint32": (["seed=4294967296"], ["seed", "4294967296", "at most 4294967295"]),
     "float for an int": (["total_env_steps=1e5"], ["total_env_steps"]),
     "out of range": ([*GRID, "algo.epsilon=1.5"], ["algo.epsilon", "1.5", "<= 1"]),
     "not a number": (["algo.learning_rate=nan"], ["algo.learning_rate", "nan", "finite"]),
