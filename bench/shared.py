@@ -43,11 +43,12 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     sys.stdout.flush()
 
 
-def run_to_solve(*overrides: str) -> dict:
-    """`python run.py OVERRIDES` from a cold start (no compilation cache): its summary and process seconds."""
+def run_to_solve(*overrides: str, compilation_cache: Optional[str] = None) -> dict:
+    """`python run.py OVERRIDES`: its summary and process seconds. Without `compilation_cache` a
+    cold start, whose compilation counts as it does for the references."""
     run_dir = Path(tempfile.mkdtemp(prefix="bench_run_"))
     args = [sys.executable, str(REPO_ROOT / "run.py"), *overrides, "progress=false", f"hydra.run.dir={run_dir}",
-            "compilation_cache=null"]  # compilation counts, as it does for the references
+            f"compilation_cache={compilation_cache or 'null'}"]
     start = time.time()
     subprocess.run(args, cwd=REPO_ROOT, check=True, capture_output=True)
     wall = time.time() - start
