@@ -112,7 +112,7 @@ def main() -> None:
         return
     common = ("env=cartpole", f"num_seeds={args.seeds}", "target_return=475")
     runs = {"Ape-X, defaults (conf/algo/apex.yaml)": ("algo=apex", *common),
-            "DQN, defaults (conf/algo/dqn.yaml)": ("algo=dqn", *common, "total_env_steps=100000")}
+            "DQN, defaults (+ algo_env/dqn_cartpole.yaml)": ("algo=dqn", *common, "total_env_steps=100000")}
     rows, slowest = [], {label: [] for label in runs}
     for round_index in range(args.rounds):  # interleaved, so both see the same machine load
         for label, overrides in runs.items():
