@@ -22,7 +22,7 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 def _orbax() -> Any:
-    """Orbax, imported by the first checkpoint (~0.2 s that runs without checkpoints skip)."""
+    """Orbax, imported when a Checkpointer is made (~0.2 s that runs without checkpoints skip)."""
     import orbax.checkpoint
 
     return orbax.checkpoint

@@ -14,7 +14,8 @@ def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
 
     def evaluate(state: Any, key: jax.Array) -> jax.Array:
-        # every key at once, [step, act + one per episode]: one draw site for XLA instead of two per step
+        # every key at once, [step, act + one per episode] (row 0: the resets): one draw site for XLA
+        # instead of two per step, for (horizon + 1) x (episodes + 1) keys of 8 bytes per seed
         keys = jax.random.split(key, (horizon + 1, num_episodes + 1))
         obs, env_state = reset(keys[0, 1:], env_params)
 

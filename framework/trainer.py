@@ -166,16 +166,16 @@ def _format_line(record: dict) -> str:
     return "  ".join(parts)
 
 
-# (init, run_chunk, evaluate) on CPU. Built side by side at XLA's default backend level (2) the three
-# took 5.9 s (DQN) / 7.1 s (Ape-X); at level 1 (0 for init, which runs once) 3.7 / 4.9 s, and
-# run_chunk runs as fast (bench/bench_compile.py). XLA's older LLVM emitters build init and evaluate
-# in half the time (each fusion skips an MLIR pipeline); run_chunk keeps the newer, ~30% faster code.
+# (init, run_chunk, evaluate) on CPU: level 1 (0 for init, which runs once) builds faster than XLA's
+# default 2 and run_chunk runs as fast; XLA's older LLVM emitters build init and evaluate in half the
+# time (each fusion skips an MLIR pipeline), run_chunk keeps the newer, ~30% faster code. With XLA's
+# defaults the three took 5.9 s (DQN) / 7.5 s (Ape-X), with these 2.75 / 4.1 s (bench/bench_compile.py).
 _OLD_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
 CPU_COMPILER_OPTIONS = ({"xla_backend_optimization_level": 0, **_OLD_EMITTERS}, {"xla_backend_optimization_level": 1},
                         {"xla_backend_optimization_level": 1, **_OLD_EMITTERS})
 
 
-SEED, EVALUATION = jax.ShapeDtypeStruct((), np.uint32), jax.ShapeDtypeStruct((), np.int32)
+SEED, EVAL_INDEX = jax.ShapeDtypeStruct((), np.uint32), jax.ShapeDtypeStruct((), np.int32)
 
 
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
@@ -187,20 +187,21 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
     """
     make = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
     programs = make(algorithm, evaluate_one_seed, mesh, updates_per_chunk)
-    init = jax.jit(lambda seed: programs.init(run_keys(seed, 0, num_seeds)[0]))
-    evaluate = jax.jit(lambda state, seed, evaluation: programs.evaluate(state, run_keys(seed, evaluation, num_seeds)[1]))
-    abstract_state = jax.eval_shape(init, SEED)
+    init_from_seed = jax.jit(lambda seed: programs.init(run_keys(seed, 0, num_seeds)[0]))
+    evaluate_from_seed = jax.jit(lambda state, seed, evaluation: programs.evaluate(
+        state, run_keys(seed, evaluation, num_seeds)[1]))
+    abstract_state = jax.eval_shape(init_from_seed, SEED)
     before_compiling(abstract_state)
     init_options, chunk_options, evaluate_options = (CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu"
                                                      else ({}, {}, {}))
-    # XLA compiles outside the GIL and builds run_chunk, the longest, on about one core: it starts
-    # first, and the other two are traced and built beside it
+    # XLA compiles outside the GIL: run_chunk, the longest build, starts first, and the other two
+    # are traced (Python) and built while it compiles
     with ThreadPoolExecutor(3) as pool:
-        build = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
-        run_chunk = build(programs.run_chunk.lower(abstract_state), chunk_options)
-        init = build(init.lower(SEED), init_options)
-        evaluate = build(evaluate.lower(abstract_state, SEED, EVALUATION), evaluate_options)
-        return SeededPrograms(init.result(), run_chunk.result(), evaluate.result())
+        submit = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
+        chunk_build = submit(programs.run_chunk.lower(abstract_state), chunk_options)
+        init_build = submit(init_from_seed.lower(SEED), init_options)
+        evaluate_build = submit(evaluate_from_seed.lower(abstract_state, SEED, EVAL_INDEX), evaluate_options)
+        return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result())
 
 
 def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int,
@@ -303,8 +304,9 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     run_seed = np.uint32(train_cfg.seed)
     state = programs.init(run_seed)
     compile_seconds = time.time() - compile_start
-    gc.freeze()  # startup's objects (run.py pauses the collector until here) stay out of later scans
-    gc.enable()
+    if not gc.isenabled():  # run.py pauses the collector through startup; its objects stay out of later scans
+        gc.freeze()
+        gc.enable()
 
     def evaluate_returns(state, index: int) -> np.ndarray:
         return per_seed(to_host(programs.evaluate(state, run_seed, np.int32(index))), learners).mean(axis=-1)

@@ -1,6 +1,7 @@
 """A tiny run through run.py writes every output; same seed repeats, another seed differs."""
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -69,3 +70,20 @@ def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["num_devices"] == 2
     assert np.array_equal(np.load(tmp_path / "q_table.npy"), np.load(runs["first"] / "q_table.npy"))
     assert deterministic_metrics(tmp_path) == deterministic_metrics(runs["first"])
+
+
+def test_run_keys_differ_per_seed_and_per_evaluation():
+    from framework.trainer import run_keys
+
+    data = lambda keys: np.asarray(jax.random.key_data(keys)).reshape(len(keys), -1)
+    init_a, eval_a = run_keys(np.uint32(7), np.int32(0), 4)
+    init_b, eval_b = run_keys(np.uint32(7), np.int32(1), 4)
+    init_c, _ = run_keys(np.uint32(8), np.int32(0), 4)
+    assert len({tuple(row) for row in data(init_a)}) == 4  # every seed its own init key
+    np.testing.assert_array_equal(data(init_a), data(init_b))  # the evaluation number leaves init alone
+    assert not np.array_equal(data(eval_a), data(eval_b))  # each evaluation its own episodes
+    assert not np.array_equal(data(init_a), data(init_c))
+    # the derivation the trainer used to run eagerly on the host, so old runs' keys are unchanged
+    init_key, eval_root = jax.random.split(jax.random.key(7))
+    np.testing.assert_array_equal(data(init_a), data(jax.random.split(init_key, 4)))
+    np.testing.assert_array_equal(data(eval_b), data(jax.random.split(jax.random.fold_in(eval_root, 1), 4)))

@@ -27,7 +27,7 @@ def _filled(capacity=64, rows=4, batch=256):
 def _sample_counts(replay, state, draws, num_items, batch):
     sample = jax.jit(lambda uniforms: replay.sample(state, uniforms)[0]["id"])
     uniforms = jax.random.uniform(jax.random.key(0), (draws, batch))
-    ids = np.concatenate([np.asarray(sample(batch)) for batch in uniforms])
+    ids = np.concatenate([np.asarray(sample(positions)) for positions in uniforms])
     return np.bincount(ids, minlength=num_items)
 
 

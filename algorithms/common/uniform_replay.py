@@ -19,6 +19,8 @@ class UniformReplay(NamedTuple):
 
 
 def make_uniform_replay(capacity: int, batch_size: int) -> UniformReplay:
+    """A buffer of `capacity` items; `can_sample` holds once `batch_size` of them are stored (a
+    batch is as large as its `random_bits`)."""
     buffer = fbx.make_item_buffer(max_length=capacity, min_length=batch_size, sample_batch_size=batch_size,
                                   add_sequences=True)
 
