@@ -1,4 +1,5 @@
-"""Ape-X learners across devices (forced CPU devices) and across two processes on 127.0.0.1."""
+"""Ape-X learners across devices (forced CPU devices) and across two processes on 127.0.0.1, and
+DQN's independent seeds split over two processes."""
 import json
 import os
 import socket
@@ -54,10 +55,10 @@ def _restore_params(run_dir):
     return state["train_state"]["params"]
 
 
-def _run_cluster(run_dirs, *overrides):
+def _run_cluster(run_dirs, *overrides, command=SHORT_APEX):
     """The same run.py command in two processes joined through the LIGHTSPEED_* variables."""
     cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{_free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
-    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *SHORT_APEX, *overrides,
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *command, *overrides,
                                    f"hydra.run.dir={run_dirs[i]}"],
                                   cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
@@ -87,3 +88,16 @@ def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
         np.testing.assert_array_equal(leaf[0], leaf[1])
         assert leaf.shape == before.shape
     assert not (run_dirs[1] / "metrics.jsonl").exists()
+
+
+def test_two_processes_split_independent_seeds(tmp_path):
+    # DQN's seeds go one to each process's device; both get the keys the run's seed gives them
+    run_dirs = [tmp_path / f"process{i}" for i in range(2)]
+    _run_cluster(run_dirs, command=("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=2048",
+                                    "eval_every=2048", "log_every=2048", "eval_episodes=2",
+                                    "compilation_cache=null", "progress=false"))
+    summary = json.loads((run_dirs[0] / "summary.json").read_text())
+    assert summary["num_devices"] == 2 and summary["env_steps"] == 2048
+    returns = [seed["final_eval_return"] for seed in summary["seeds"]]
+    assert len(returns) == 2 and returns[0] != returns[1]
+    assert not (run_dirs[1] / "summary.json").exists()
