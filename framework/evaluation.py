@@ -14,13 +14,14 @@ def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
 
     def evaluate(state: Any, key: jax.Array) -> jax.Array:
-        # every key at once, [step, act + one per episode] (row 0: the resets): one draw site for XLA
-        # instead of two per step, for (horizon + 1) x (episodes + 1) keys of 8 bytes per seed
-        keys = jax.random.split(key, (horizon + 1, num_episodes + 1))
-        obs, env_state = reset(keys[0, 1:], env_params)
+        # a key per step drawn at once (key 0: the resets), split in the step for the act and each
+        # episode: one draw site per step instead of two, and memory that grows with the horizon only
+        keys = jax.random.split(key, horizon + 1)
+        obs, env_state = reset(jax.random.split(keys[0], num_episodes), env_params)
 
-        def one_step(carry, step_keys):
+        def one_step(carry, step_key):
             obs, env_state, returns, running = carry
+            step_keys = jax.random.split(step_key, num_episodes + 1)
             actions = act(state, obs, step_keys[0])
             obs, env_state, reward, terminated, truncated, _ = step(step_keys[1:], env_state, actions, env_params)
             returns = returns + jnp.where(running, reward, 0.0)
