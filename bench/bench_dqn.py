@@ -6,8 +6,8 @@ lightspeed: `run.py algo=dqn env=cartpole num_seeds=10 target_return=475 total_e
 (conf/algo/dqn.yaml with conf/algo_env/dqn_cartpole.yaml), one process, ten seeds vmapped in one
 program: cold (no compilation cache), then relaunched with a filled cache. stable-baselines3: its
 DQN with the rl-zoo CartPole-v1 hyperparameters, one process per seed, evaluated greedily on 16
-episodes every 5,000 steps. "Solved" = a greedy evaluation return >= 475; times count from interpreter start
-(imports and compilation included). Needs the bench extra and stable-baselines3 with torch.
+episodes every 5,000 steps. "Solved" = a greedy evaluation return >= 475; times count from
+interpreter start (imports and compilation included). Needs the bench extra and stable-baselines3 with torch.
 """
 import argparse
 import json
@@ -85,7 +85,8 @@ def main() -> None:
     # run.py keeps compiled programs on disk by default: a relaunch of the same shapes skips XLA's build
     with tempfile.TemporaryDirectory(prefix="bench_xla_cache_") as cache:
         run_to_solve(*overrides, compilation_cache=cache)
-        rows += solve_rows("lightspeed, relaunch with its compilation cache", run_to_solve(*overrides, compilation_cache=cache))[:1]
+        relaunch = run_to_solve(*overrides, compilation_cache=cache)
+        rows += solve_rows("lightspeed, relaunch with its compilation cache", relaunch)[:1]
     if not args.skip_sb3:
         for seed in range(args.sb3_seeds):
             result = run_sb3(seed)

@@ -64,7 +64,8 @@ class Programs(NamedTuple):
 def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
     """Every seed's init key, and every seed's key for evaluation number `evaluation` (seed: uint32)."""
     init_key, eval_root_key = jax.random.split(jax.random.key(seed))
-    return jax.random.split(init_key, num_seeds), jax.random.split(jax.random.fold_in(eval_root_key, evaluation), num_seeds)
+    eval_key = jax.random.fold_in(eval_root_key, evaluation)
+    return jax.random.split(init_key, num_seeds), jax.random.split(eval_key, num_seeds)
 
 
 class SeededPrograms(NamedTuple):
