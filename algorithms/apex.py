@@ -13,19 +13,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import actor_epsilons, epsilon_greedy, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 from algorithms.common.targets import huber, td_errors
 from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
 from framework.errors import check, check_number, check_positive_int
-from framework.parallel import device_index, mean_over_devices
+from framework.parallel import device_index, mean_over_devices, num_learners
 from framework.registry import register_algorithm
 
 PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
@@ -47,6 +47,8 @@ class ApexConfig:
     learning_starts: int = 2_000  # transitions in replay before the learner starts
     learner_updates_per_iteration: int = 16
     learning_rate: float = 1e-2
+    lr_decay_env_steps: int = 0  # env steps (all learners') of a linear decay to lr_final_fraction * learning_rate
+    lr_final_fraction: float = 0.0
     max_grad_norm: float = 40.0
     priority_alpha: float = 0.6
     beta_start: float = 0.4
@@ -56,6 +58,7 @@ class ApexConfig:
     double_q: bool = True
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
+    layer_norm: bool = False
 
     def validate(self) -> None:
         for key in ("num_actors", "envs_per_actor", "rollout_length", "actor_sync_period", "n_step", "buffer_size",
@@ -71,7 +74,7 @@ class ApexConfig:
         check_number("algo.actor_epsilon", self.actor_epsilon, 0, 1)
         check_number("algo.actor_alpha", self.actor_alpha, 0)
         check_number("algo.discount", self.discount, 0, 1)
-        check_number("algo.learning_rate", self.learning_rate, 0, low_inclusive=False)
+        check_learning_rate_config(self.learning_rate, self.lr_decay_env_steps, self.lr_final_fraction)
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.priority_alpha", self.priority_alpha, 0, 1, low_inclusive=False)  # Flashbax allows <= 1
         check_number("algo.beta_start", self.beta_start, 0, 1)
@@ -120,12 +123,12 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     num_envs = config.num_actors * config.envs_per_actor
     epsilons = np.asarray(actor_epsilons(config.num_actors, config.actor_epsilon, config.actor_alpha))
     env_epsilons = jnp.repeat(jnp.asarray(epsilons), config.envs_per_actor)  # actor i owns envs i*E .. i*E+E-1
-    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling)
+    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling, config.layer_norm)
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
     replay = make_prioritized_replay(config.buffer_size, num_envs, config.batch_size, config.priority_alpha)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate))
+    optimizer = clipped_adam(config.max_grad_norm)
 
     def init(key: jax.Array) -> ApexState:
         key, net_key, reset_key = jax.random.split(key, 3)
@@ -153,13 +156,13 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
 
     def learner_step(carry: tuple, uniforms: jax.Array) -> tuple[tuple, dict]:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
-        train_state, target_params, replay_state, num_items, learner_updates = carry
+        train_state, target_params, replay_state, num_items, learner_updates, step_size = carry
         items, indices, probabilities = replay.sample(replay_state, uniforms)
         weights = importance_weights(probabilities, num_items, annealed_beta(config, learner_updates))
 
         (loss, (errors, chosen)), grads = learner_gradients(
             train_state.params, target_params, items, weights, network, config.double_q)
-        train_state = train_state.apply_gradients(grads=grads)
+        train_state = apply_gradients(train_state, grads, step_size)
         # slots without a complete transition keep priority 0, so they are never drawn again
         new_priorities = (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
         replay_state = replay.set_priorities(replay_state, indices, new_priorities)
@@ -167,7 +170,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         copy = learner_updates % config.target_update_period == 0
         target_params = select_tree(copy, train_state.params, target_params)
         stats = {"loss": loss, "q_mean": chosen.mean(), "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
-        return (train_state, target_params, replay_state, num_items, learner_updates), stats
+        return (train_state, target_params, replay_state, num_items, learner_updates, step_size), stats
 
     def update(state: ApexState) -> tuple[ApexState, dict]:
         key, rollout_key, learn_key = jax.random.split(state.key, 3)
@@ -180,12 +183,15 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         env_steps = state.env_steps + num_envs * config.rollout_length
         num_items = jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32)
 
-        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates)
+        # the decay follows the seed's env steps over all of its learners, as total_env_steps counts them
+        step_size = decayed_learning_rate(config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps,
+                                          env_steps * num_learners())
+        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates, step_size)
         # every batch's stratum positions at once: one draw site, not one per learner step
         stratum_uniforms = jax.random.uniform(learn_key, (config.learner_updates_per_iteration, config.batch_size))
         learned, stats = jax.lax.scan(learner_step, learn_carry, stratum_uniforms)
         ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
-        train_state, target_params, learned_replay, _, learner_updates = learned
+        train_state, target_params, learned_replay, _, learner_updates, _ = learned
         train_state, target_params, learner_updates = select_tree(
             ready, (train_state, target_params, learner_updates),
             (state.train_state, state.target_params, state.learner_updates))
@@ -199,6 +205,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
             "train/loss": jnp.where(ready, stats["loss"].mean(), jnp.nan),
             "train/q_mean": jnp.where(ready, stats["q_mean"].mean(), jnp.nan),
             "train/beta": annealed_beta(config, learner_updates),
+            "train/learning_rate": step_size,
             "train/episode_return": episode_returns[-1].mean(),
             "learner/updates": learner_updates.astype(jnp.float32),
             "replay/size": num_items,

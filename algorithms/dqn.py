@@ -17,6 +17,7 @@ from flax.training.train_state import TrainState
 from algorithms.common.exploration import epsilon_greedy, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.targets import huber, squared, td_errors
 from algorithms.common.uniform_replay import make_uniform_replay
 from envs.wrappers import EpisodeStatistics
@@ -37,7 +38,8 @@ class DQNConfig:
     train_every: int = 256  # env steps (over all envs) between training rounds; a multiple of num_envs
     updates_per_train: int = 16
     learning_rate: float = 3e-3
-    lr_decay_steps: int = 0  # gradient steps of a linear decay to 0; 0 keeps the rate constant
+    lr_decay_env_steps: int = 0  # env steps of a linear decay to lr_final_fraction * learning_rate; 0: constant
+    lr_final_fraction: float = 0.0
     max_grad_norm: float = 10.0
     discount: float = 0.99
     n_step: int = 3
@@ -46,6 +48,7 @@ class DQNConfig:
     loss: str = "huber"
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
+    layer_norm: bool = False
     target_update_period: int = 64  # gradient steps between hard target copies (tau = 1)
     tau: float = 1.0  # < 1: Polyak averaging at every gradient step instead
     epsilon_start: float = 1.0
@@ -61,8 +64,7 @@ class DQNConfig:
               f"a multiple of algo.num_envs ({self.num_envs})", "every env steps the same number of times")
         check(self.batch_size <= self.buffer_size, "algo.batch_size", self.batch_size,
               f"at most algo.buffer_size ({self.buffer_size})", "a batch cannot be larger than the buffer")
-        check_number("algo.learning_rate", self.learning_rate, 0, low_inclusive=False)
-        check_positive_int("algo.lr_decay_steps", self.lr_decay_steps, minimum=0)
+        check_learning_rate_config(self.learning_rate, self.lr_decay_env_steps, self.lr_final_fraction)
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.discount", self.discount, 0, 1)
         check_choice("algo.loss", self.loss, tuple(LOSSES))
@@ -103,14 +105,14 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
     require_vector_observations(env, "dqn")
     num_envs, n = config.num_envs, config.n_step
     steps_per_update = config.train_every // num_envs
-    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling)
+    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling, config.layer_norm)
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
     replay = make_uniform_replay(config.buffer_size, config.batch_size)
-    learning_rate = (optax.linear_schedule(config.learning_rate, 0.0, config.lr_decay_steps)
-                     if config.lr_decay_steps else config.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(learning_rate))
+    optimizer = clipped_adam(config.max_grad_norm)
+    learning_rate = lambda env_steps: decayed_learning_rate(
+        config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps, env_steps)
     td_loss = LOSSES[config.loss]
 
     def init(key: jax.Array) -> DQNState:
@@ -137,18 +139,18 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         return carry, {**item, "episode_return": info["returned_episode_return"]}
 
     def gradient_step(carry: tuple, random_bits: jax.Array) -> tuple[tuple, tuple]:
-        train_state, target_params, replay_state, gradient_steps = carry
+        train_state, target_params, replay_state, gradient_steps, step_size = carry
         batch = replay.sample(replay_state, random_bits)
         (loss, q_mean), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
             train_state.params, target_params, batch, network, config.double_q, td_loss)
-        train_state = train_state.apply_gradients(grads=grads)
+        train_state = apply_gradients(train_state, grads, step_size)
         gradient_steps = gradient_steps + 1
         if config.tau < 1.0:
             target_params = optax.incremental_update(train_state.params, target_params, config.tau)
         else:
             copy = gradient_steps % config.target_update_period == 0
             target_params = select_tree(copy, train_state.params, target_params)
-        return (train_state, target_params, replay_state, gradient_steps), (loss, q_mean)
+        return (train_state, target_params, replay_state, gradient_steps, step_size), (loss, q_mean)
 
     def update(state: DQNState) -> tuple[DQNState, dict]:
         key, rollout_key, sample_key = jax.random.split(state.key, 3)
@@ -160,16 +162,18 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
         replay_state = replay.add(state.replay_state, items)
 
-        learn_carry = (state.train_state, state.target_params, replay_state, state.gradient_steps)
+        step_size = learning_rate(env_steps)
+        learn_carry = (state.train_state, state.target_params, replay_state, state.gradient_steps, step_size)
         sample_bits = jax.random.bits(sample_key, (config.updates_per_train, config.batch_size), jnp.uint32)
         learned, (losses, q_means) = jax.lax.scan(gradient_step, learn_carry, sample_bits)
         ready = replay.can_sample(replay_state) & (env_steps >= config.learning_starts)
-        train_state, target_params, _, gradient_steps = select_tree(ready, learned, learn_carry)
+        train_state, target_params, _, gradient_steps, _ = select_tree(ready, learned, learn_carry)
 
         metrics = {
             "train/loss": jnp.where(ready, losses.mean(), jnp.nan),
             "train/q_mean": jnp.where(ready, q_means.mean(), jnp.nan),
             "train/epsilon": linear_epsilon(config, env_steps),
+            "train/learning_rate": step_size,
             "train/episode_return": episode_returns[-1].mean(),
             "train/gradient_steps": gradient_steps.astype(jnp.float32),
             "replay/size": jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32),

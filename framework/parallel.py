@@ -26,6 +26,11 @@ def device_index() -> jax.Array:
     return jax.lax.axis_index(DEVICE_AXIS)
 
 
+def num_learners() -> int:
+    """How many learners share this seed (devices of the axis); only inside the learner-parallel program."""
+    return jax.lax.axis_size(DEVICE_AXIS)
+
+
 def mean_over_devices(tree: Any) -> Any:
     """The average over all learners (gradients); only inside the trainer's learner-parallel program."""
     return jax.lax.pmean(tree, DEVICE_AXIS)

@@ -124,7 +124,7 @@ def test_grid_cells_are_refused_with_a_hint():
 
 VARIANTS = {
     "defaults": {},
-    "dueling, Polyak targets, MSE, decaying rate, single-step": dict(dueling=True, tau=0.5, loss="mse", lr_decay_steps=100, n_step=1),
+    "dueling, Polyak targets, MSE, decaying rate, single-step": dict(dueling=True, tau=0.5, loss="mse", lr_decay_env_steps=2000, n_step=1),
     "plain Q, tanh": dict(double_q=False, activation="tanh", hidden_sizes=[16]),
 }
 

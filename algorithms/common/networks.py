@@ -12,19 +12,25 @@ ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.sil
 
 
 class QNetwork(nn.Module):
-    """An MLP torso and a Q head: plain, or dueling (value + advantage minus its mean)."""
+    """An MLP torso and a Q head: plain, or dueling (value + advantage minus its mean).
+
+    `layer_norm`: LayerNorm between each hidden Dense and its activation (PQN, Gallici et al. 2024),
+    which keeps the features' scale fixed while the targets move.
+    """
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "relu"
     dueling: bool = False
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         activation = ACTIVATIONS[self.activation]
         features = obs.reshape(*obs.shape[: obs.ndim - 1], -1).astype(jnp.float32)
         for size in self.hidden_sizes:
-            features = activation(nn.Dense(size)(features))
+            features = nn.Dense(size)(features)
+            features = activation(nn.LayerNorm()(features) if self.layer_norm else features)
         if not self.dueling:
             return nn.Dense(self.num_actions)(features)
         value = nn.Dense(1)(features)
