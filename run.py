@@ -55,7 +55,7 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:
             raise KeyboardInterrupt  # Ctrl-C stops the whole sweep
         sys.exit(130)
-    return sum(s["final_eval_return"] for s in summary["seeds"]) / len(summary["seeds"])
+    return summary["final_eval_return"]  # the mean over seeds of the final evaluation: what sweepers optimise
 
 
 if __name__ == "__main__":

@@ -224,10 +224,13 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
                 "replay/priority_max": priorities.max()}
 
-    def act(state: ApexState, obs: jax.Array, key: jax.Array) -> jax.Array:
-        return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
+    def policy(state: ApexState) -> Any:
+        return state.train_state.params
 
-    return Algorithm(init, update, act, env_steps_per_update=num_envs * config.rollout_length,
+    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
+
+    return Algorithm(init, update, policy, act, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",
                      state_metrics=replay_metrics)

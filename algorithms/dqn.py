@@ -182,8 +182,11 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
                              env_steps, gradient_steps, key)
         return new_state, metrics
 
-    def act(state: DQNState, obs: jax.Array, key: jax.Array) -> jax.Array:
-        return jnp.argmax(network.apply(state.train_state.params, obs), axis=-1).astype(jnp.int32)
+    def policy(state: DQNState) -> Any:
+        return state.train_state.params
 
-    return Algorithm(init, update, act, env_steps_per_update=config.train_every,
+    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
+
+    return Algorithm(init, update, policy, act, env_steps_per_update=config.train_every,
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps")

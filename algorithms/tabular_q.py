@@ -117,10 +117,13 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
         }
         return TabularQState(q_values, obs, env_state, key), metrics
 
-    def act(state: TabularQState, obs: jax.Array, key: jax.Array) -> jax.Array:
+    def policy(state: TabularQState) -> jax.Array:
+        return state.q_values
+
+    def act(q_values: jax.Array, obs: jax.Array, key: jax.Array) -> jax.Array:
         # evaluation episode e follows agent e mod num_agents, so every agent is scored
         agents = jnp.arange(obs.shape[0]) % num_agents
-        values = state.q_values[agents, obs[:, 0], obs[:, 1]]
+        values = q_values[agents, obs[:, 0], obs[:, 1]]
         return greedy_with_random_ties(values, jax.random.uniform(key, (obs.shape[0],)))
 
     def save_artifacts(states: TabularQState, run_dir: Path) -> None:
@@ -131,4 +134,4 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
                          greedy_path(env, env_params, mean_q), np.asarray(env_params.start),
                          np.asarray(env_params.goal), "max Q per cell (seed 0, mean over agents), greedy path")
 
-    return Algorithm(init, update, act, env_steps_per_update=num_agents * config.steps_per_update, save_artifacts=save_artifacts)
+    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update, save_artifacts=save_artifacts)

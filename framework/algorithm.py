@@ -12,7 +12,10 @@ class Algorithm(NamedTuple):
     init: Callable[[jax.Array], Any]
     # One training iteration (act, step the envs, learn); jittable, no host work.
     update: Callable[[Any], tuple[Any, Metrics]]
-    # Greedy actions for a batch of evaluation episodes: (state, obs[E, ...], key) -> actions[E].
+    # The part of a seed's state its greedy policy reads (network parameters, a Q-table): what
+    # evaluation plays, what the best policy keeps and what a saved policy holds.
+    policy: Callable[[Any], Any]
+    # Greedy actions for a batch of evaluation episodes: (policy, obs[E, ...], key) -> actions[E].
     act: Callable[[Any, jax.Array, jax.Array], jax.Array]
     # Env transitions one `update` makes in one seed (all of its envs together).
     env_steps_per_update: int

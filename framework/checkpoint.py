@@ -1,8 +1,9 @@
 """Whole-state checkpoints with Orbax: written atomically, the newest complete one restored.
 
 The device state (params, optimizer, target, replay, env states, keys, counters) is one pytree;
-the host loop's own state (env steps, chunk, evaluation history, metrics lines written) goes
-beside it as JSON, so a resumed run continues exactly where the checkpoint was taken.
+each seed's best policy (host arrays) a second; the host loop's own state (env steps, chunk,
+evaluation history, metrics lines written) goes beside them as JSON, so a resumed run continues
+exactly where the checkpoint was taken.
 """
 import hashlib
 import json
@@ -16,7 +17,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from framework.errors import ConfigError
-from framework.parallel import to_host
+from framework.parallel import to_devices, to_host
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -119,37 +120,39 @@ class Checkpointer:
     def latest_step(self) -> Optional[int]:
         return _json_from_first_process(self.manager.latest_step() if self.writer else None)
 
-    def save(self, step: int, state: Any, host_state: dict) -> None:
+    def save(self, step: int, state: Any, host_state: dict, policies: Any) -> None:
+        """The device state, the host loop's JSON state and the host-side best policies, as one checkpoint."""
         host_arrays = to_host(keys_to_data(state))
         if self.writer:
             ocp = _orbax()
-            args = ocp.args.Composite(state=ocp.args.StandardSave(host_arrays), host=ocp.args.JsonSave(host_state))
+            args = ocp.args.Composite(state=ocp.args.StandardSave(host_arrays), host=ocp.args.JsonSave(host_state),
+                                      policies=ocp.args.StandardSave(policies))
             self.manager.save(step, args=args, force=True)
             self.manager.wait_until_finished()
             write_digests(self._step_dir(step))
 
-    def restore_latest(self, template: Any) -> tuple[Any, dict]:
-        """The newest checkpoint's state (shaped and sharded like `template`) and host state."""
+    def restore_latest(self, template: Any, policies_template: Any) -> tuple[Any, Any, dict]:
+        """The newest checkpoint's state (shaped and sharded like `template`), policies (host arrays) and host state."""
         template_data = keys_to_data(template)
         host_arrays = jax.tree.map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), template_data)
-        host_state = None
+        policies, host_state = policies_template, None
         if self.writer:
-            host_arrays, host_state = self._restore_newest_readable(host_arrays)
-        host_arrays = _from_first_process(host_arrays)
-        on_devices = jax.tree.map(
-            lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: data[index]),
-            host_arrays, template_data)
-        return data_to_keys(on_devices, template), _json_from_first_process(host_state)
+            host_arrays, policies, host_state = self._restore_newest_readable(host_arrays, policies_template)
+        host_arrays, policies = _from_first_process((host_arrays, policies))
+        return (data_to_keys(to_devices(host_arrays, template_data), template), policies,
+                _json_from_first_process(host_state))
 
-    def _restore_newest_readable(self, host_template: Any) -> tuple[Any, dict]:
+    def _restore_newest_readable(self, host_template: Any, policies_template: Any) -> tuple[Any, Any, dict]:
         """The newest checkpoint that reads back; a damaged one is reported and the one before it used."""
         ocp = _orbax()
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
                 check_digests(self._step_dir(step))  # before Orbax, whose threads print noise on a bad read
                 restored = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(host_template), host=ocp.args.JsonRestore()))
-                return jax.tree.map(np.asarray, restored["state"]), dict(restored["host"])
+                    state=ocp.args.StandardRestore(host_template), host=ocp.args.JsonRestore(),
+                    policies=ocp.args.StandardRestore(policies_template)))
+                as_numpy = lambda tree: jax.tree.map(np.asarray, tree)
+                return as_numpy(restored["state"]), as_numpy(restored["policies"]), dict(restored["host"])
             except Exception as error:  # truncated or corrupted files: fall back rather than lose the run
                 aside = self._move_aside(step)
                 print(f"warning: checkpoint {step} cannot be read ({type(error).__name__}: "

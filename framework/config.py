@@ -88,8 +88,10 @@ class TrainConfig:
     num_devices: Optional[int] = None  # devices to run on (null: all that JAX sees, on every process)
     total_env_steps: int = 100_000  # per seed, over all of its envs
     eval_every: int = 10_000
-    eval_episodes: int = 16
-    target_return: Optional[float] = None  # stop once every seed's eval return reaches it
+    eval_episodes: int = 16  # greedy episodes of each periodic evaluation (the learning curve)
+    final_eval_episodes: int = 100  # greedy episodes of the final evaluation (the result)
+    target_return: Optional[float] = None  # stop once every seed is solved (solve_window evaluations in a row)
+    solve_window: int = 3  # consecutive periodic evaluations >= target_return that make a seed solved
     log_every: int = 10_000
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
@@ -104,7 +106,7 @@ class TrainConfig:
         check_positive_int("num_seeds", self.num_seeds)
         if self.num_devices is not None:
             check_positive_int("num_devices", self.num_devices)
-        for key in ("total_env_steps", "eval_every", "eval_episodes", "log_every"):
+        for key in ("total_env_steps", "eval_every", "eval_episodes", "final_eval_episodes", "solve_window", "log_every"):
             check_positive_int(key, getattr(self, key))
         if self.target_return is not None:
             check_number("target_return", self.target_return)

@@ -8,12 +8,12 @@ from framework.env import Environment
 
 
 def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes: int) -> Callable:
-    """(state of one seed, key) -> undiscounted return of each of `num_episodes` episodes."""
+    """(policy of one seed, key) -> undiscounted return of each of `num_episodes` episodes."""
     horizon = env.max_episode_steps(env_params)
     reset = jax.vmap(env.reset_env, in_axes=(0, None))
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
 
-    def evaluate(state: Any, key: jax.Array) -> jax.Array:
+    def evaluate(policy: Any, key: jax.Array) -> jax.Array:
         # a key per step drawn at once (key 0: the resets), split in the step for the act and each
         # episode: one draw site per step instead of two, and memory that grows with the horizon only
         keys = jax.random.split(key, horizon + 1)
@@ -22,7 +22,7 @@ def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes
         def one_step(carry, step_key):
             obs, env_state, returns, running = carry
             step_keys = jax.random.split(step_key, num_episodes + 1)
-            actions = act(state, obs, step_keys[0])
+            actions = act(policy, obs, step_keys[0])
             obs, env_state, reward, terminated, truncated, _ = step(step_keys[1:], env_state, actions, env_params)
             returns = returns + jnp.where(running, reward, 0.0)
             return (obs, env_state, returns, running & ~(terminated | truncated)), None

@@ -59,6 +59,12 @@ def to_host(tree: Any) -> Any:
     return multihost_utils.process_allgather(tree, tiled=True)
 
 
+def to_devices(host_tree: Any, like: Any) -> Any:
+    """Host arrays (the same on every process) placed as the global arrays of `like` are."""
+    return jax.tree.map(lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: data[index]),
+                        host_tree, like)
+
+
 def is_writer() -> bool:
     """Only the first process writes logs, checkpoints, plots and W&B."""
     return jax.process_index() == 0

@@ -17,7 +17,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import matplotlib
 
@@ -30,8 +30,8 @@ from scipy.stats import trim_mean  # noqa: E402
 
 RESAMPLES = 2000
 MISSING = "-"
-HEADERS = ["configuration", "runs", "seeds", "mean return", "IQM return [95% CI]", "solved",
-           "median steps to solve", "median s to solve", "env steps/s"]
+HEADERS = ["configuration", "runs", "seeds", "final mean", "final IQM [95% CI]", "best-policy IQM", "solved",
+           "stability", "median steps to solve", "median s to solve", "env steps/s"]
 
 
 @dataclass
@@ -119,33 +119,56 @@ def display_names(groups: dict[str, list[Run]]) -> tuple[dict[str, str], list[st
 
 
 def iqm(values: np.ndarray, axis: Optional[int] = None) -> np.ndarray:
-    """Interquartile mean: the mean of the middle 50% (rliable's definition, scipy's trim_mean)."""
+    """Interquartile mean: the mean of the middle 50% (rliable's aggregate_iqm, per point along `axis`)."""
     return trim_mean(np.asarray(values, dtype=float), 0.25, axis=axis)
 
 
-def bootstrap_ci(values: np.ndarray, statistic: Callable = iqm, resamples: int = RESAMPLES,
-                 confidence: float = 0.95, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval of `statistic` over seeds (axis 0), seeds resampled with replacement."""
-    values = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)  # fixed, so the same runs always give the same report
-    indices = rng.integers(0, len(values), size=(resamples, len(values)))
-    estimates = statistic(values[indices], axis=1)
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(estimates, [tail, 100 - tail], axis=0)
-    return low, high
+def iqm_interval(scores: np.ndarray, resamples: int = RESAMPLES, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IQM over seeds and its stratified-bootstrap CI (rliable), for scores [seeds] or [seeds, points].
+
+    Returns (IQM, low, high), each a number or [points]. rliable's bootstrap resamples the seeds
+    (runs) with replacement, independently at each point.
+    """
+    from rliable import library  # imports pandas, arch and seaborn: ~1-2 s the trainer need not pay
+
+    scores = np.asarray(scores, dtype=float)
+    points = scores.reshape(len(scores), 1, -1)  # (runs, tasks=1, points)
+    per_point = lambda sampled: iqm(sampled.reshape(len(sampled), -1), axis=0)  # aggregate_iqm at each point
+    # rliable 1.2 draws its resampling indices from numpy's global generator (its random_state
+    # reaches only arch, which it does not use): seed that one, so the same runs give the same report
+    saved_state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        estimate, interval = library.get_interval_estimates({"scores": points}, per_point, reps=resamples,
+                                                            confidence_interval_size=confidence)
+    finally:
+        np.random.set_state(saved_state)
+    shape = scores.shape[1:]
+    low, high = interval["scores"]
+    return estimate["scores"].reshape(shape), low.reshape(shape), high.reshape(shape)
+
+
+def pooled_stability(seeds: Sequence[dict]) -> Optional[float]:
+    """Of every seed's evaluations after it first reached the target, the fraction still at or above it."""
+    counted = [(seed["stability"], seed["evaluations_after_target"]) for seed in seeds
+               if seed.get("stability") is not None and seed.get("evaluations_after_target")]
+    total = sum(count for _, count in counted)
+    return sum(fraction * count for fraction, count in counted) / total if total else None
 
 
 def aggregate_row(runs: Sequence[Run]) -> dict:
     """The numbers of one configuration, over every seed of every run."""
     seeds = [seed for run in runs for seed in run.summary["seeds"]]
     finals = np.array([seed["final_eval_return"] for seed in seeds], dtype=float)
+    bests = [seed["best_policy_eval_return"] for seed in seeds if seed.get("best_policy_eval_return") is not None]
     solved = [seed for seed in seeds if seed["solved_at_env_steps"] is not None]
     target = runs[0].config.get("target_return")
-    low, high = bootstrap_ci(finals)
+    final_iqm, low, high = iqm_interval(finals)
     median = lambda key: float(np.median([seed[key] for seed in solved])) if solved else None
-    return {"runs": len(runs), "seeds": len(seeds), "mean_return": float(finals.mean()), "iqm_return": float(iqm(finals)),
-            "iqm_ci": (float(low), float(high)), "solved_count": len(solved),
-            "solved_fraction": None if target is None else len(solved) / len(seeds),
+    return {"runs": len(runs), "seeds": len(seeds), "mean_return": float(finals.mean()), "iqm_return": float(final_iqm),
+            "iqm_ci": (float(low), float(high)), "best_policy_iqm": float(iqm(bests)) if len(bests) == len(seeds) else None,
+            "solved_count": len(solved), "solved_fraction": None if target is None else len(solved) / len(seeds),
+            "stability": pooled_stability(seeds),
             "median_steps_to_solve": median("solved_at_env_steps"), "median_seconds_to_solve": median("solved_at_seconds"),
             "env_steps_per_second": float(np.mean([run.summary["env_steps_per_second"] for run in runs]))}
 
@@ -153,11 +176,11 @@ def aggregate_row(runs: Sequence[Run]) -> dict:
 def format_cells(name: str, row: dict) -> list[str]:
     low, high = row["iqm_ci"]
     solved = MISSING if row["solved_fraction"] is None else f"{row['solved_fraction']:.2f} ({row['solved_count']}/{row['seeds']})"
-    steps, seconds = row["median_steps_to_solve"], row["median_seconds_to_solve"]
+    optional = lambda value, spec: MISSING if value is None else format(value, spec)
     return [name, str(row["runs"]), str(row["seeds"]), f"{row['mean_return']:.3f}",
-            f"{row['iqm_return']:.3f} [{low:.3f}, {high:.3f}]", solved,
-            MISSING if steps is None else f"{steps:,.0f}", MISSING if seconds is None else f"{seconds:.1f}",
-            f"{row['env_steps_per_second']:,.0f}"]
+            f"{row['iqm_return']:.3f} [{low:.3f}, {high:.3f}]", optional(row["best_policy_iqm"], ".3f"), solved,
+            optional(row["stability"], ".2f"), optional(row["median_steps_to_solve"], ",.0f"),
+            optional(row["median_seconds_to_solve"], ".1f"), f"{row['env_steps_per_second']:,.0f}"]
 
 
 def render_table(cells: Sequence[Sequence[str]], headers: Sequence[str] = HEADERS) -> str:
@@ -196,22 +219,23 @@ def format_count(value: float, _position: object = None) -> str:
 
 def plot_learning_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: Path,
                          eval_episodes: str, target_return: Optional[float]) -> None:
-    """Mean greedy return over seeds per configuration, with a shaded bootstrap 95% CI band."""
+    """IQM of the greedy return over seeds per configuration, with a shaded stratified-bootstrap 95% CI band."""
     with plt.rc_context({"font.size": 12, "legend.fontsize": 10}), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # points where every seed is NaN stay NaN, without noise
         figure, axes = plt.subplots(figsize=(10, 5.5 + 0.45 * len(curves)))
         for name, (steps, per_seed) in curves.items():
+            per_seed = per_seed[np.isfinite(per_seed).all(axis=1)]  # a seed with no finite evaluation has no curve
             if per_seed.size == 0:
                 continue
-            low, high = bootstrap_ci(per_seed, statistic=np.nanmean)
-            (line,) = axes.plot(steps, np.nanmean(per_seed, axis=0), marker="o", markersize=3, linewidth=2,
+            curve, low, high = iqm_interval(per_seed)
+            (line,) = axes.plot(steps, curve, marker="o", markersize=3, linewidth=2,
                                 label=textwrap.fill(f"{name} ({len(per_seed)} seeds)", 110))
             axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         if target_return is not None:
             axes.axhline(target_return, color="black", linestyle="--", linewidth=1.2, label=f"target_return {target_return:g}")
         axes.xaxis.set_major_formatter(FuncFormatter(format_count))
         axes.set(xlabel="env steps (per seed)", ylabel=f"greedy evaluation return\n(mean of {eval_episodes} episodes)",
-                 title="Learning curves: mean over seeds, bootstrap 95% CI")
+                 title="Learning curves: IQM over seeds, stratified-bootstrap 95% CI")
         axes.grid(alpha=0.3)
         # below the axes: long override lists must not cover the curves
         axes.legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False)
@@ -245,10 +269,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     names, shared = display_names(groups)
     cells = [format_cells(names[key], aggregate_row(group)) for key, group in groups.items()]
     seeds = sum(len(run.summary["seeds"]) for run in runs)
+    final_episodes = "/".join(sorted({str(run.summary.get("final_eval_episodes", "the last periodic")) for run in runs}))
     notes = [f"Read {len(runs)} runs ({seeds} seeds) in {len(groups)} configurations from {root}; "
              + (f"skipped {len(skipped)}: {skipped_text}." if skipped else "skipped none."),
              f"Overrides shared by every configuration: {' '.join(shared) or 'none'}.",
-             f"IQM: interquartile mean of the final greedy return over seeds; CI: percentile bootstrap over seeds ({RESAMPLES} resamples)."]
+             f"final: each seed's final greedy evaluation ({final_episodes} episodes); IQM: interquartile mean over "
+             f"seeds; CI: rliable's stratified bootstrap over seeds ({RESAMPLES} resamples); best-policy: the same "
+             "evaluation of each seed's best periodic policy; stability: of the periodic evaluations after a "
+             "seed first reached target_return, the fraction still at or above it (pooled over seeds)."]
     for _, reason in skipped:
         print(f"warning: skipped a run dir ({reason})", file=sys.stderr)
     targets, episodes = shared_value(runs, "target_return"), shared_value(runs, "eval_episodes")

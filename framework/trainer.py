@@ -28,8 +28,10 @@ from framework.evaluation import make_evaluate
 from framework.loggers import Loggers, make_loggers
 from framework.plots import plot_learning_curve
 from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distributed, is_writer, make_mesh,
-                                 to_host)
+                                 to_devices, to_host)
+from framework.policy import save_policies
 from framework.progress import ProgressBar, print_line
+from framework.protocol import SOLVE_RULE, BestPolicies, EvaluationHistory, seed_results
 from framework.resources import check_fits
 
 
@@ -58,7 +60,10 @@ class Programs(NamedTuple):
 
     init: Callable  # seed keys [S] -> state
     run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
-    evaluate: Callable  # (state, eval keys [S]) -> returns [(device,) S, episodes]
+    evaluate: Callable  # (policies, eval keys [S]) -> returns [(device,) S, episodes]
+
+
+FINAL_EVALUATION = 2**31 - 1  # the final evaluation's number: its keys differ from every periodic one's
 
 
 def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
@@ -77,7 +82,21 @@ class SeededPrograms(NamedTuple):
 
     init: Callable  # seed (uint32) -> state
     run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
-    evaluate: Callable  # (state, seed, evaluation number (int32)) -> returns [(device,) S, episodes]
+    evaluate: Callable  # (policies, seed, evaluation number (int32)) -> returns [(device,) S, eval_episodes]
+    final_evaluate: Callable  # the same, over final_eval_episodes
+
+
+def evaluation_on_mesh(evaluate_one_seed: Callable, mesh: Mesh, learners: bool) -> Callable:
+    """(policies laid out as the state is, eval keys [S]) -> returns [(device,) S, episodes]."""
+    if not learners:
+        seeds = PartitionSpec(DEVICE_AXIS)
+        return jax.jit(jax.shard_map(jax.vmap(evaluate_one_seed), mesh=mesh, in_specs=(seeds, seeds),
+                                     out_specs=seeds, check_vma=False))
+    devices, everywhere = PartitionSpec(DEVICE_AXIS), PartitionSpec()
+    # the parameters are the same on every device, so every device evaluates with the same keys
+    evaluate = lambda policies, keys: _stacked(jax.vmap(evaluate_one_seed)(_on_this_device(policies), keys))
+    return jax.jit(jax.shard_map(evaluate, mesh=mesh, in_specs=(devices, everywhere), out_specs=devices,
+                                 check_vma=False))
 
 
 def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
@@ -88,7 +107,7 @@ def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, me
     return Programs(jax.jit(on_mesh(jax.vmap(algorithm.init), seeds)),
                     # check_vma=False: algorithms stay free of device-axis type annotations on their scan carries
                     jax.jit(on_mesh(chunk, seeds), donate_argnums=0),
-                    jax.jit(on_mesh(jax.vmap(evaluate_one_seed), (seeds, seeds))))
+                    evaluation_on_mesh(evaluate_one_seed, mesh, learners=False))
 
 
 def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
@@ -97,10 +116,14 @@ def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable,
     on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=devices, check_vma=False)
     init = lambda keys: _stacked(jax.vmap(algorithm.init)(keys))
     chunk = lambda state: _stacked(run_updates(algorithm, _on_this_device(state), num_updates))
-    # the parameters are the same on every device, so every device evaluates with the same keys
-    evaluate = lambda state, keys: _stacked(jax.vmap(evaluate_one_seed)(_on_this_device(state), keys))
     return Programs(jax.jit(on_mesh(init, everywhere)), jax.jit(on_mesh(chunk, devices), donate_argnums=0),
-                    jax.jit(on_mesh(evaluate, (devices, everywhere))))
+                    evaluation_on_mesh(evaluate_one_seed, mesh, learners=True))
+
+
+def policies_of(algorithm: Algorithm, state: Any) -> Any:
+    """Every seed's policy (and every learner's copy of it), laid out as the state is; no copy is made."""
+    policy = jax.vmap(algorithm.policy)
+    return jax.vmap(policy)(state) if algorithm.parallel_learners else policy(state)
 
 
 def per_seed(values: np.ndarray, learners: bool) -> np.ndarray:
@@ -113,37 +136,6 @@ def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
     env, env_params = registry.lookup("env", train.env.name).factory(train.env)
     algorithm = registry.lookup("algo", train.algo.name).factory(train.algo, env, env_params)
     return env, env_params, algorithm
-
-
-class SolveTracker:
-    """Per-seed evaluation history and the first time each seed reached the target."""
-
-    def __init__(self, num_seeds: int, target_return: Optional[float]):
-        self.target = target_return
-        self.env_steps: list[int] = []
-        self.returns: list[list[float]] = []
-        self.solved_at_env_steps: list[Optional[int]] = [None] * num_seeds
-        self.solved_at_seconds: list[Optional[float]] = [None] * num_seeds
-
-    def record(self, env_steps: int, returns: np.ndarray, seconds: float) -> None:
-        self.env_steps.append(env_steps)
-        self.returns.append([float(r) for r in returns])
-        if self.target is None:
-            return
-        for seed, value in enumerate(returns):
-            if value >= self.target and self.solved_at_env_steps[seed] is None:
-                self.solved_at_env_steps[seed], self.solved_at_seconds[seed] = env_steps, seconds
-
-    @property
-    def all_solved(self) -> bool:
-        return self.target is not None and all(s is not None for s in self.solved_at_env_steps)
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("env_steps", "returns", "solved_at_env_steps", "solved_at_seconds")}
-
-    def load(self, saved: dict) -> None:
-        for key, value in saved.items():
-            setattr(self, key, list(value))
 
 
 def non_finite_seeds(metrics: dict, algorithm: Algorithm, learners: bool) -> list[tuple[str, int]]:
@@ -161,9 +153,20 @@ def rate_name(counter: str) -> str:
     return f"perf/{counter.replace('/', '_')}_per_second"
 
 
-def _format_line(record: dict) -> str:
-    parts = [f"env_steps={record['env_steps']:,}", f"steps/s={record['perf/env_steps_per_second']:,.0f}"]
-    parts += [f"{k}={v:.4g}" for k, v in record.items() if "/" in k and not k.startswith("perf/") and isinstance(v, float)]
+# the few numbers a log line shows (the rest goes to metrics.jsonl and the loggers)
+HEADLINE_METRICS = (("train/episode_return", "train return"), ("train/loss", "loss"))
+
+
+def format_line(record: dict, solved: Optional[str]) -> str:
+    """One log line: env steps, speed, the evaluation across seeds, how many are solved, the headline metrics."""
+    parts = [f"{record['env_steps']:>11,} env steps", f"{record['perf/env_steps_per_second']:>10,.0f} steps/s"]
+    if "eval/return" in record:
+        per_seed = record["eval/return_per_seed"]
+        spread = f" (min {min(per_seed):.4g}, max {max(per_seed):.4g})" if len(per_seed) > 1 else ""
+        parts.append(f"eval {record['eval/return']:.4g}{spread}")
+    if solved is not None:
+        parts.append(f"solved {solved}")
+    parts += [f"{label} {record[key]:.4g}" for key, label in HEADLINE_METRICS if key in record]
     return "  ".join(parts)
 
 
@@ -180,54 +183,90 @@ SEED, EVAL_INDEX = jax.ShapeDtypeStruct((), np.uint32), jax.ShapeDtypeStruct((),
 
 
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
-                     num_seeds: int, before_compiling: Callable[[Any], None] = lambda abstract_state: None
-                     ) -> SeededPrograms:
+                     num_seeds: int, before_compiling: Callable[[Any], None] = lambda abstract_state: None,
+                     final_evaluate_one_seed: Optional[Callable] = None) -> SeededPrograms:
     """The run's programs for its layout, compiled ahead of time and side by side.
 
     `before_compiling(abstract_state)` may still refuse the run (ConfigError) at no compile cost.
+    `final_evaluate_one_seed` (more episodes) gets its own program; None: the periodic one serves.
     """
-    make = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
+    learners = algorithm.parallel_learners
+    make = learner_parallel_programs if learners else seed_parallel_programs
     programs = make(algorithm, evaluate_one_seed, mesh, updates_per_chunk)
+    seeded = lambda evaluate: jax.jit(lambda policies, seed, evaluation: evaluate(
+        policies, run_keys(seed, evaluation, num_seeds)[1]))
     init_from_seed = jax.jit(lambda seed: programs.init(run_keys(seed, 0, num_seeds)[0]))
-    evaluate_from_seed = jax.jit(lambda state, seed, evaluation: programs.evaluate(
-        state, run_keys(seed, evaluation, num_seeds)[1]))
+    evaluate_from_seed = seeded(programs.evaluate)
+    final_from_seed = (seeded(evaluation_on_mesh(final_evaluate_one_seed, mesh, learners))
+                       if final_evaluate_one_seed is not None else None)
     abstract_state = jax.eval_shape(init_from_seed, SEED)
     before_compiling(abstract_state)
+    abstract_policies = jax.eval_shape(lambda state: policies_of(algorithm, state), abstract_state)
     init_options, chunk_options, evaluate_options = (CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu"
                                                      else ({}, {}, {}))
-    # XLA compiles outside the GIL: run_chunk, the longest build, starts first, and the other two
+    # XLA compiles outside the GIL: run_chunk, the longest build, starts first, and the others
     # are traced (Python) and built while it compiles
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(4) as pool:
         submit = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
         chunk_build = submit(programs.run_chunk.lower(abstract_state), chunk_options)
         init_build = submit(init_from_seed.lower(SEED), init_options)
-        evaluate_build = submit(evaluate_from_seed.lower(abstract_state, SEED, EVAL_INDEX), evaluate_options)
-        return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result())
+        evaluate_build = submit(evaluate_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
+        final_build = (submit(final_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
+                       if final_from_seed is not None else evaluate_build)
+        return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result(), final_build.result())
 
 
-def summarize(tracker: SolveTracker, progress: dict, compile_seconds: float, wall_seconds: float, num_devices: int,
-              interrupted_returns: Optional[np.ndarray] = None) -> dict:
-    """summary.json: per-seed results and the run's speed (measured after compilation).
-
-    `interrupted_returns`: the evaluation of a run stopped by Ctrl-C, which then counts as final.
-    """
+def summarize(history: EvaluationHistory, seeds: list[dict], progress: dict, compile_seconds: float,
+              wall_seconds: float, train_cfg: TrainConfig, num_devices: int, interrupted: bool) -> dict:
+    """summary.json: the final evaluation per seed and over seeds, the solve rule, the run's speed
+    (measured after compilation)."""
     env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
-    num_seeds = len(tracker.solved_at_env_steps)
-    final_returns = tracker.returns[-1] if interrupted_returns is None else interrupted_returns.tolist()
+    num_seeds = len(seeds)
     return {
-        "interrupted": interrupted_returns is not None,
-        "seeds": [
-            {"seed_index": i, "final_eval_return": final_returns[i],
-             "solved_at_env_steps": tracker.solved_at_env_steps[i], "solved_at_seconds": tracker.solved_at_seconds[i]}
-            for i in range(num_seeds)
-        ],
+        "interrupted": interrupted,
+        "final_eval_return": float(np.mean([seed["final_eval_return"] for seed in seeds])),
+        "final_eval_episodes": train_cfg.final_eval_episodes,
+        "target_return": train_cfg.target_return,
+        "solve_window": train_cfg.solve_window,
+        "solve_rule": SOLVE_RULE,
+        "solved_seeds": sum(seed["solved_at_env_steps"] is not None for seed in seeds),
+        "seeds": seeds,
         "env_steps": env_steps,
-        "env_steps_per_second": num_seeds * env_steps / train_seconds,
-        "env_steps_per_second_per_seed": env_steps / train_seconds,
+        "env_steps_per_second": num_seeds * env_steps / max(train_seconds, 1e-9),
+        "env_steps_per_second_per_seed": env_steps / max(train_seconds, 1e-9),
         "compile_seconds": compile_seconds,
         "wall_seconds": wall_seconds,
         "num_devices": num_devices,
     }
+
+
+def stop_if_diverged(metrics: dict, algorithm: Algorithm, learners: bool, nan_policy: str, env_steps: int) -> None:
+    """A non-finite health metric stops the run (the state is not saved: the last checkpoint stays good) or warns."""
+    for name, seed in non_finite_seeds(metrics, algorithm, learners):
+        message = f"{name} is not finite for seed {seed} at env step {env_steps:,}"
+        if nan_policy == "stop":
+            raise TrainingDiverged(f"{message}; stopped (nan_policy=stop). The newest checkpoint, if any, "
+                                   "is from before; set nan_policy=warn to only log it.")
+        print(f"warning: {message} (nan_policy=warn)", file=sys.stderr, flush=True)
+
+
+def chunk_record(metrics: dict, algorithm: Algorithm, env_steps: int, wall_seconds: float, steps_per_second: float,
+                 train_seconds: float) -> dict:
+    """A metrics.jsonl line: the chunk's last update's metrics (means over seeds) and the run's rates."""
+    record = {"env_steps": env_steps, "perf/wall_seconds": wall_seconds, "perf/env_steps_per_second": steps_per_second}
+    record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+    record.update({rate_name(k): record[k] / train_seconds for k in algorithm.counters})
+    return record
+
+
+def format_result(summary: dict) -> str:
+    """The run's last line: what it ends with, over its seeds."""
+    finals = [seed["final_eval_return"] for seed in summary["seeds"]]
+    spread = f" (min {min(finals):.4g}, max {max(finals):.4g} over {len(finals)} seeds)" if len(finals) > 1 else ""
+    solved = (f"; solved {summary['solved_seeds']}/{len(finals)} ({summary['solve_window']} evaluations in a row "
+              f">= {summary['target_return']:g})" if summary["target_return"] is not None else "")
+    return (f"final greedy return {summary['final_eval_return']:.4g}{spread} over {summary['final_eval_episodes']} "
+            f"episodes per seed{solved}")
 
 
 class StopRequest:
@@ -269,7 +308,7 @@ def use_compilation_cache(directory: Optional[str]) -> None:
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
-    """Validate, build, compile and run; write metrics, summary, plots and checkpoints into `run_dir`.
+    """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
 
     Under several processes every process runs the same loop on its devices; the first one alone writes.
     """
@@ -298,10 +337,13 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
     env_steps_per_chunk = updates_per_chunk * env_steps_per_update
     evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
+    final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm.act, train_cfg.final_eval_episodes)
+                               if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
     compile_start = time.time()
     checkpoints_kept = train_cfg.checkpoint.keep if checkpointer else 0
     fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
-    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits)
+    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits,
+                                final_evaluate_one_seed)
     run_seed = np.uint32(train_cfg.seed)
     state = programs.init(run_seed)
     compile_seconds = time.time() - compile_start
@@ -309,37 +351,36 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         gc.freeze()
         gc.enable()
 
-    def evaluate_returns(state, index: int) -> np.ndarray:
-        return per_seed(to_host(programs.evaluate(state, run_seed, np.int32(index))), learners).mean(axis=-1)
+    def evaluate_returns(program: Callable, policies: Any, index: int) -> np.ndarray:
+        """Every seed's episode returns [S, episodes] (learners' copies agree; their mean is taken)."""
+        return per_seed(to_host(program(policies, run_seed, np.int32(index))), learners)
 
-    tracker = SolveTracker(num_seeds, train_cfg.target_return)
+    history = EvaluationHistory(num_seeds, train_cfg.target_return, train_cfg.solve_window)
+    best = BestPolicies(to_host(policies_of(algorithm, state)), seed_axis=1 if learners else 0)
     progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}
     if train_cfg.resume:
-        state, saved = checkpointer.restore_latest(state)
-        tracker.load(saved.pop("tracker"))
+        state, best.policies, saved = checkpointer.restore_latest(state, best.policies)
+        history.load(saved.pop("history"))
         progress = saved
         if writer:
             keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
     elif writer:
         keep_first_lines(run_dir / "metrics.jsonl", 0)  # a fresh run in a used run dir starts a fresh log
     loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
-    latest_eval = float(np.mean(tracker.returns[-1])) if tracker.returns else None
+    latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
     summary, stop, last = None, StopRequest(), False
+    solved_count = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{num_seeds}"
+                            if train_cfg.target_return is not None else None)
     try:
         with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar, stop:
             for chunk in range(progress["chunk"], num_chunks):
-                if tracker.all_solved:
+                if history.all_solved:
                     break
                 chunk_start = time.time()
                 state, metrics = programs.run_chunk(state)
                 metrics = to_host(metrics)
-                for name, seed in non_finite_seeds(metrics, algorithm, learners):
-                    message = (f"{name} is not finite for seed {seed} at env step "
-                               f"{progress['env_steps'] + env_steps_per_chunk:,}")
-                    if train_cfg.nan_policy == "stop":  # the state is not saved: the last checkpoint stays good
-                        raise TrainingDiverged(f"{message}; stopped (nan_policy=stop). The newest checkpoint, if any, "
-                                               "is from before; set nan_policy=warn to only log it.")
-                    print(f"warning: {message} (nan_policy=warn)", file=sys.stderr, flush=True)
+                stop_if_diverged(metrics, algorithm, learners, train_cfg.nan_policy,
+                                 progress["env_steps"] + env_steps_per_chunk)
                 progress["train_seconds"] += time.time() - chunk_start
                 previous = progress["env_steps"]
                 env_steps = progress["env_steps"] = previous + env_steps_per_chunk
@@ -348,31 +389,38 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 crossed = lambda every: every > 0 and env_steps // every > previous // every
                 record = None
                 if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
-                    record = {"env_steps": env_steps, "perf/wall_seconds": seconds(),
-                              "perf/env_steps_per_second": steps_per_second}
-                    record.update({k: float(np.mean(v)) for k, v in metrics.items()})
-                    record.update({rate_name(k): record[k] / progress["train_seconds"] for k in algorithm.counters})
+                    record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
+                                          progress["train_seconds"])
                 if crossed(train_cfg.eval_every) or last:
-                    returns = evaluate_returns(state, chunk)
-                    tracker.record(env_steps, returns, seconds())
+                    policies = policies_of(algorithm, state)
+                    returns = evaluate_returns(programs.evaluate, policies, chunk).mean(axis=-1)
+                    improved = history.record(env_steps, returns, seconds())
+                    if improved.any():  # before the next chunk, which donates the state's buffers
+                        best.keep(improved, to_host(policies))
                     latest_eval = float(returns.mean())
                     record.update({"eval/return": latest_eval, "eval/return_per_seed": returns.tolist()})
                 if record is not None:
                     loggers.log(record)
                     progress["metrics_lines"] += 1
                     if writer:
-                        print_line(_format_line(record))
+                        print_line(format_line(record, solved_count()))
                 bar.update(env_steps, steps_per_second, latest_eval)
                 progress["chunk"] = chunk + 1
                 if stop.requested and checkpointer is None:
                     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep)
-                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or tracker.all_solved or stop.requested):
-                    checkpointer.save(env_steps, state, {**progress, "tracker": tracker.to_dict()})
+                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or history.all_solved or stop.requested):
+                    checkpointer.save(env_steps, state, {**progress, "history": history.to_dict()}, best.policies)
                 if stop.requested:
                     break
-        # an interrupted run is scored on its state now, outside the evaluation history it resumes with
-        interrupted_returns = evaluate_returns(state, num_chunks) if stop.requested and not last else None
-        summary = summarize(tracker, progress, compile_seconds, seconds(), mesh.size, interrupted_returns)
+        # the result: the policy the run ends with, and each seed's best, on the same final episodes
+        final_policies = policies_of(algorithm, state)
+        final_returns = evaluate_returns(programs.final_evaluate, final_policies, FINAL_EVALUATION)
+        best_returns = evaluate_returns(programs.final_evaluate, to_devices(best.policies, final_policies),
+                                        FINAL_EVALUATION)
+        seeds = seed_results(history, final_returns, best_returns)
+        summary = summarize(history, seeds, progress, compile_seconds, seconds(), train_cfg, mesh.size,
+                            interrupted=stop.requested and not last)
+        final_policies = to_host(final_policies)
     finally:
         loggers.close(summary)
         if checkpointer:
@@ -380,9 +428,13 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
 
     if writer:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        if tracker.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
-            plot_learning_curve(tracker.env_steps, np.array(tracker.returns), run_dir / "learning_curve.png",
+        on_first_learner = (lambda tree: _on_this_device(tree)) if learners else (lambda tree: tree)
+        for which, policies in (("final", final_policies), ("best", best.policies)):
+            save_policies(run_dir, which, on_first_learner(policies), train_cfg)
+        if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
+            plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
                                 train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+        print_line(format_result(summary))
     if algorithm.save_artifacts is not None:
         final_state = to_host(state)
         if writer:

@@ -83,10 +83,13 @@ def make_rightward(config, env, env_params):
         _, state, reward, *_ = step(jax.random.split(step_key, config.num_envs), state, actions, env_params)
         return (state, key), {"train/reward": reward.mean()}
 
-    def act(carry, obs, key):
-        return jnp.ones(obs.shape[0], jnp.int32)
+    def policy(carry):
+        return jnp.ones((), jnp.int32)  # the action it always takes
 
-    return Algorithm(init, update, act, env_steps_per_update=config.num_envs)
+    def act(action, obs, key):
+        return jnp.full(obs.shape[0], action, jnp.int32)
+
+    return Algorithm(init, update, policy, act, env_steps_per_update=config.num_envs)
 '''
 
 

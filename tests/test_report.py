@@ -54,16 +54,32 @@ def test_iqm_is_the_mean_of_the_middle_half():
     assert report.iqm([3.0]) == pytest.approx(3.0)
 
 
-def test_bootstrap_ci_is_the_percentile_interval_of_resampled_iqms():
-    values = np.array([0.0, 1.0, 2.0, 5.0, 9.0, 10.0, 11.0])
-    rng = np.random.default_rng(0)
-    resampled = values[rng.integers(0, len(values), size=(2000, len(values)))]
-    expected = np.percentile(trim_mean(resampled, 0.25, axis=1), [2.5, 97.5])
-    low, high = report.bootstrap_ci(values)
-    assert (low, high) == pytest.approx(tuple(expected))
-    assert low <= report.iqm(values) <= high
-    assert report.bootstrap_ci(values) == (low, high)  # fixed RNG seed: reproducible
-    assert report.bootstrap_ci([2.0, 2.0, 2.0]) == pytest.approx((2.0, 2.0))
+def test_iqm_interval_matches_a_percentile_bootstrap_over_seeds():
+    # one task: rliable's stratified bootstrap resamples the seeds, as this plain numpy one does
+    values = np.array([0.0, 1.0, 2.0, 5.0, 9.0, 10.0, 11.0, 30.0, 31.0, 40.0])
+    rng = np.random.default_rng(1)
+    resampled = values[rng.integers(0, len(values), size=(20000, len(values)))]
+    expected_low, expected_high = np.percentile(trim_mean(resampled, 0.25, axis=1), [2.5, 97.5])
+    estimate, low, high = report.iqm_interval(values, resamples=20000)
+    assert estimate == pytest.approx(trim_mean(values, 0.25))
+    assert (low, high) == pytest.approx((expected_low, expected_high), abs=0.6)  # bootstrap noise of the two
+    assert report.iqm_interval(values, resamples=20000) == (estimate, low, high)  # fixed random state
+    assert report.iqm_interval(np.array([2.0, 2.0, 2.0]))[1:] == pytest.approx((2.0, 2.0))
+
+
+def test_iqm_interval_of_curves_is_per_point():
+    curves = np.array([[0.0, 10.0], [1.0, 11.0], [2.0, 12.0], [3.0, 13.0]])
+    estimate, low, high = report.iqm_interval(curves)
+    np.testing.assert_allclose(estimate, [1.5, 11.5])
+    assert np.all(low <= estimate) and np.all(estimate <= high) and np.all(high - low > 0)
+    np.testing.assert_allclose(high - low, (high - low)[0])  # the same seeds shifted by 10: the same width
+
+
+def test_pooled_stability_weights_seeds_by_their_evaluations_after_the_target():
+    seeds = [{"stability": 1.0, "evaluations_after_target": 3}, {"stability": 0.0, "evaluations_after_target": 1},
+             {"stability": None, "evaluations_after_target": None}, {"stability": None, "evaluations_after_target": 0}]
+    assert report.pooled_stability(seeds) == pytest.approx(0.75)
+    assert report.pooled_stability(seeds[2:]) is None
 
 
 def test_hydra_and_vmapped_seeds_of_the_same_overrides_form_one_configuration(tmp_path):
@@ -92,13 +108,13 @@ def test_solved_fraction_and_medians_over_the_solved_seeds(tmp_path):
     assert row["median_steps_to_solve"] == pytest.approx(200)
     assert row["median_seconds_to_solve"] == pytest.approx(6.0)
     assert row["env_steps_per_second"] == pytest.approx(2000.0)
-    assert report.format_cells("x", row)[5:] == ["0.75 (3/4)", "200", "6.0", "2,000"]
+    assert report.format_cells("x", row)[6:] == ["0.75 (3/4)", "-", "200", "6.0", "2,000"]
 
 
 def test_without_a_target_solve_columns_are_dashes(tmp_path):
     write_run(tmp_path / "0", [], [1.0, 2.0])
     runs, _ = report.load_runs(tmp_path)
-    assert report.format_cells("x", report.aggregate_row(runs))[5:8] == ["-", "-", "-"]
+    assert report.format_cells("x", report.aggregate_row(runs))[6:10] == ["-", "-", "-", "-"]
 
 
 def test_curves_of_different_schedules_meet_on_the_union_grid(tmp_path):
@@ -153,6 +169,6 @@ def test_report_on_a_real_multirun(tmp_path):
         mean = np.mean([seed["final_eval_return"] for seed in seeds])
         row = rows[f"algo.learning_rate={rate}"]
         assert row[1:4] == ["2", "4", f"{mean:.3f}"]
-        assert row[5] == f"{solved / 4:.2f} ({solved}/4)"
+        assert row[6] == f"{solved / 4:.2f} ({solved}/4)"
     png = (sweep / "learning_curves.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -24,6 +24,17 @@ RUNS = {"dqn": (DQN_TWO_SEEDS, {}),
         "apex_two_devices": (APEX_TWO_DEVICES, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})}
 
 
+def _saved_policies(run_dir):
+    """Every saved policy file's bytes (final and best, every seed)."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted((run_dir / "policies").rglob("*.msgpack"))}
+
+
+def _seed_results(run_dir):
+    """summary.json's per-seed results without what depends on the clock."""
+    seeds = json.loads((run_dir / "summary.json").read_text())["seeds"]
+    return [{k: v for k, v in seed.items() if k != "solved_at_seconds"} for seed in seeds]
+
+
 def _final_state(run_dir):
     steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
     return steps[-1], ocp.StandardCheckpointer().restore((run_dir / "checkpoints" / str(steps[-1]) / "state").absolute())
@@ -69,6 +80,10 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, name):
     for a, b in zip(leaves_a, leaves_b):
         np.testing.assert_array_equal(a, b)
     assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
+    # each seed's best policy came through the checkpoint: the same bytes, the same final evaluation
+    policies = _saved_policies(uninterrupted)
+    assert len(policies) == 2 * (2 if name == "dqn" else 1) and _saved_policies(interrupted) == policies
+    assert _seed_results(interrupted) == _seed_results(uninterrupted)
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
