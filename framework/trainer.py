@@ -291,7 +291,7 @@ class StopRequest:
 
 
 def keep_first_lines(path: Path, count: int) -> None:
-    """Drop log lines written after the checkpoint a run resumes from."""
+    """Keep the first `count` lines of a log (if it exists)."""
     if path.exists():
         lines = path.read_text().splitlines(keepends=True)[:count]
         path.write_text("".join(lines))
@@ -307,6 +307,99 @@ def use_compilation_cache(directory: Optional[str]) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+class Run(NamedTuple):
+    """A compiled run: its programs, layout and sizes, and the evaluation calls the host loop makes."""
+
+    programs: SeededPrograms
+    algorithm: Algorithm
+    mesh: Mesh
+    seed: np.uint32
+    num_seeds: int
+    num_chunks: int
+    env_steps_per_chunk: int
+    compile_seconds: float
+
+    @property
+    def learners(self) -> bool:
+        return self.algorithm.parallel_learners
+
+    def policies(self, state: Any) -> Any:
+        return policies_of(self.algorithm, state)
+
+    def returns(self, policies: Any, evaluation: int, final: bool = False) -> np.ndarray:
+        """Every seed's episode returns [S, episodes] (learners' copies agree; their mean is taken)."""
+        program = self.programs.final_evaluate if final else self.programs.evaluate
+        return per_seed(to_host(program(policies, self.seed, np.int32(evaluation))), self.learners)
+
+
+def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Algorithm, run_dir: Path,
+                checkpoints_kept: int) -> tuple[Run, Any]:
+    """The run's layout and compiled programs, and its initial state."""
+    num_seeds, learners = train_cfg.num_seeds, algorithm.parallel_learners
+    mesh = make_mesh(num_seeds, learners, train_cfg.num_devices)
+    # learners add their devices' actors to the population: every update steps all of their envs
+    env_steps_per_update = algorithm.env_steps_per_update * (mesh.size if learners else 1)
+    updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
+    evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
+    final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm.act, train_cfg.final_eval_episodes)
+                               if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
+    compile_start = time.time()
+    fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
+    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits,
+                                final_evaluate_one_seed)
+    run_seed = np.uint32(train_cfg.seed)
+    state = programs.init(run_seed)
+    run = Run(programs, algorithm, mesh, run_seed, num_seeds, num_chunks, updates_per_chunk * env_steps_per_update,
+              time.time() - compile_start)
+    return run, state
+
+
+def open_run_dir(train_cfg: TrainConfig, cfg: DictConfig, run_dir: Path) -> Optional[Checkpointer]:
+    """Check the run dir against resume, write the resolved config; the checkpointer, if the run keeps any."""
+    check_writable_dir(run_dir)
+    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
+    if train_cfg.resume and checkpointer.latest_step() is None:
+        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
+    if not train_cfg.resume:
+        refuse_to_overwrite(run_dir)
+    if is_writer():
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return checkpointer
+
+
+def evaluate_periodically(run: Run, state: Any, chunk: int, env_steps: int, seconds: float,
+                          history: EvaluationHistory, best: BestPolicies) -> dict:
+    """One periodic evaluation: recorded in the history, new bests kept; its metrics."""
+    policies = run.policies(state)
+    returns = run.returns(policies, chunk).mean(axis=-1)
+    improved = history.record(env_steps, returns, seconds)
+    if improved.any():  # copied now: the next chunk donates the state's buffers
+        best.keep(improved, to_host(policies))
+    return {"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()}
+
+
+def evaluate_finally(run: Run, state: Any, history: EvaluationHistory, best: BestPolicies) -> tuple[list[dict], Any]:
+    """The result: the policy the run ends with and each seed's best, on the same final episodes;
+    per-seed rows for summary.json and the final policies (host arrays)."""
+    final_policies = run.policies(state)
+    final_returns = run.returns(final_policies, FINAL_EVALUATION, final=True)
+    best_returns = run.returns(to_devices(best.policies, final_policies), FINAL_EVALUATION, final=True)
+    return seed_results(history, final_returns, best_returns), to_host(final_policies)
+
+
+def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, summary: dict, history: EvaluationHistory,
+                  final_policies: Any, best: BestPolicies) -> None:
+    """summary.json, each seed's final and best policy, the learning curve and the result's line."""
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    on_first_learner = _on_this_device if run.learners else (lambda tree: tree)
+    for which, policies in (("final", final_policies), ("best", best.policies)):
+        save_policies(run_dir, which, on_first_learner(policies), train_cfg)
+    if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
+        plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
+                            train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+    print_line(format_result(summary))
+
+
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
     """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
 
@@ -320,90 +413,51 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     use_compilation_cache(train_cfg.compilation_cache)
     env, env_params, algorithm = build(train_cfg)
     writer = is_writer()
-    check_writable_dir(run_dir)
-    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
-    if train_cfg.resume and checkpointer.latest_step() is None:
-        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
-    if not train_cfg.resume:
-        refuse_to_overwrite(run_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    if writer:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-
-    num_seeds, learners = train_cfg.num_seeds, algorithm.parallel_learners
-    mesh = make_mesh(num_seeds, learners, train_cfg.num_devices)
-    # learners add their devices' actors to the population: every update steps all of their envs
-    env_steps_per_update = algorithm.env_steps_per_update * (mesh.size if learners else 1)
-    updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
-    env_steps_per_chunk = updates_per_chunk * env_steps_per_update
-    evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
-    final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm.act, train_cfg.final_eval_episodes)
-                               if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
-    compile_start = time.time()
-    checkpoints_kept = train_cfg.checkpoint.keep if checkpointer else 0
-    fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
-    programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits,
-                                final_evaluate_one_seed)
-    run_seed = np.uint32(train_cfg.seed)
-    state = programs.init(run_seed)
-    compile_seconds = time.time() - compile_start
+    checkpointer = open_run_dir(train_cfg, cfg, run_dir)
+    run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir, train_cfg.checkpoint.keep if checkpointer else 0)
     if not gc.isenabled():  # run.py pauses the collector through startup; its objects stay out of later scans
         gc.freeze()
         gc.enable()
 
-    def evaluate_returns(program: Callable, policies: Any, index: int) -> np.ndarray:
-        """Every seed's episode returns [S, episodes] (learners' copies agree; their mean is taken)."""
-        return per_seed(to_host(program(policies, run_seed, np.int32(index))), learners)
-
-    history = EvaluationHistory(num_seeds, train_cfg.target_return, train_cfg.solve_window)
-    best = BestPolicies(to_host(policies_of(algorithm, state)), seed_axis=1 if learners else 0)
+    history = EvaluationHistory(run.num_seeds, train_cfg.target_return, train_cfg.solve_window)
+    best = BestPolicies(to_host(run.policies(state)), seed_axis=1 if run.learners else 0)
     progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}
     if train_cfg.resume:
         state, best.policies, saved = checkpointer.restore_latest(state, best.policies)
         history.load(saved.pop("history"))
         progress = saved
-        if writer:
-            keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    elif writer:
-        keep_first_lines(run_dir / "metrics.jsonl", 0)  # a fresh run in a used run dir starts a fresh log
-    loggers = make_loggers(train_cfg.logger, run_dir, resolved, sweep_group) if writer else Loggers([])
+    if writer:  # drop log lines written after the checkpoint resumed from (a fresh run: all of them)
+        keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
+    loggers = make_loggers(train_cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
     summary, stop, last = None, StopRequest(), False
-    solved_count = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{num_seeds}"
-                            if train_cfg.target_return is not None else None)
+    solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
+                      if train_cfg.target_return is not None else None)
     try:
-        with ProgressBar(num_chunks * env_steps_per_chunk, train_cfg.progress and writer) as bar, stop:
-            for chunk in range(progress["chunk"], num_chunks):
+        with ProgressBar(run.num_chunks * run.env_steps_per_chunk, train_cfg.progress and writer) as bar, stop:
+            for chunk in range(progress["chunk"], run.num_chunks):
                 if history.all_solved:
                     break
                 chunk_start = time.time()
-                state, metrics = programs.run_chunk(state)
+                state, metrics = run.programs.run_chunk(state)
                 metrics = to_host(metrics)
-                stop_if_diverged(metrics, algorithm, learners, train_cfg.nan_policy,
-                                 progress["env_steps"] + env_steps_per_chunk)
-                progress["train_seconds"] += time.time() - chunk_start
                 previous = progress["env_steps"]
-                env_steps = progress["env_steps"] = previous + env_steps_per_chunk
-                steps_per_second = num_seeds * env_steps / progress["train_seconds"]
-                last = chunk == num_chunks - 1
+                env_steps = progress["env_steps"] = previous + run.env_steps_per_chunk
+                stop_if_diverged(metrics, algorithm, run.learners, train_cfg.nan_policy, env_steps)
+                progress["train_seconds"] += time.time() - chunk_start
+                steps_per_second = run.num_seeds * env_steps / progress["train_seconds"]
+                last = chunk == run.num_chunks - 1
                 crossed = lambda every: every > 0 and env_steps // every > previous // every
-                record = None
                 if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
                     record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
                                           progress["train_seconds"])
-                if crossed(train_cfg.eval_every) or last:
-                    policies = policies_of(algorithm, state)
-                    returns = evaluate_returns(programs.evaluate, policies, chunk).mean(axis=-1)
-                    improved = history.record(env_steps, returns, seconds())
-                    if improved.any():  # before the next chunk, which donates the state's buffers
-                        best.keep(improved, to_host(policies))
-                    latest_eval = float(returns.mean())
-                    record.update({"eval/return": latest_eval, "eval/return_per_seed": returns.tolist()})
-                if record is not None:
+                    if crossed(train_cfg.eval_every) or last:
+                        record.update(evaluate_periodically(run, state, chunk, env_steps, seconds(), history, best))
+                        latest_eval = record["eval/return"]
                     loggers.log(record)
                     progress["metrics_lines"] += 1
                     if writer:
-                        print_line(format_line(record, solved_count()))
+                        print_line(format_line(record, solved()))
                 bar.update(env_steps, steps_per_second, latest_eval)
                 progress["chunk"] = chunk + 1
                 if stop.requested and checkpointer is None:
@@ -412,31 +466,18 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                     checkpointer.save(env_steps, state, {**progress, "history": history.to_dict()}, best.policies)
                 if stop.requested:
                     break
-        # the result: the policy the run ends with, and each seed's best, on the same final episodes
-        final_policies = policies_of(algorithm, state)
-        final_returns = evaluate_returns(programs.final_evaluate, final_policies, FINAL_EVALUATION)
-        best_returns = evaluate_returns(programs.final_evaluate, to_devices(best.policies, final_policies),
-                                        FINAL_EVALUATION)
-        seeds = seed_results(history, final_returns, best_returns)
-        summary = summarize(history, seeds, progress, compile_seconds, seconds(), train_cfg, mesh.size,
+        seeds, final_policies = evaluate_finally(run, state, history, best)
+        summary = summarize(history, seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
                             interrupted=stop.requested and not last)
-        final_policies = to_host(final_policies)
     finally:
         loggers.close(summary)
         if checkpointer:
             checkpointer.close()
 
     if writer:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        on_first_learner = (lambda tree: _on_this_device(tree)) if learners else (lambda tree: tree)
-        for which, policies in (("final", final_policies), ("best", best.policies)):
-            save_policies(run_dir, which, on_first_learner(policies), train_cfg)
-        if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
-            plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
-                                train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
-        print_line(format_result(summary))
+        write_results(run_dir, train_cfg, run, summary, history, final_policies, best)
     if algorithm.save_artifacts is not None:
         final_state = to_host(state)
         if writer:
-            algorithm.save_artifacts(_on_this_device(final_state) if learners else final_state, run_dir)
+            algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
     return summary
