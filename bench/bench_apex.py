@@ -1,6 +1,7 @@
 """Ape-X on this machine: throughput over actor populations and devices, and launch-to-solved next to DQN.
 
-    python bench/bench_apex.py [--devices 1 2] [--rounds 2] [--seeds 10] [--skip-solve] [--skip-throughput]
+    python bench/bench_apex.py [--devices 1 2] [--seeds 10] [--seed 0] [--sb3-seeds 3] [--skip-sb3]
+                               [--skip-solve] [--skip-throughput]
 
 1. Throughput: the trainer's learner-parallel program (`run_chunk`, K iterations in one scan),
    CartPole, a CartPole-sized network (dueling 64x64 MLP), learner batches of 512, replay of 100k
@@ -10,10 +11,11 @@
    References: the Ape-X paper's whole-cluster rates (360 actors on 376 cores and a GPU, about
    50K env frames/s and 19 batches of 512/s) and RLlib 2.8.1's Ape-X on this 2-core CPU (its tuned
    CartPole example: about 1,000 env steps/s and 7 batches of 512/s, as measured for the issue).
-2. Solve: `run.py algo=apex env=cartpole num_seeds=10 target_return=475` and the same with
-   `algo=dqn`, interleaved for `--rounds` rounds in this bench run (this machine's speed wanders
-   by +-15% between runs), cold (no compilation cache): seconds from launch until the last seed's
-   greedy evaluation reached 475. Per-seed rows are printed for the first round.
+2. Solve, under the evaluation protocol: `run.py algo=apex env=cartpole num_seeds=10` and the same
+   with `algo=dqn` (each with its defaults) in this bench run, as bench_dqn.py measures DQN: launch
+   to every seed sustained-solved (3 evaluations in a row >= 475) cold and relaunched with a filled
+   compilation cache, then the default-length run's final 100-episode greedy return (IQM, 95% CI)
+   and stability; stable-baselines3's rl-zoo DQN under the same protocol beside them.
 """
 import argparse
 import json
@@ -22,13 +24,15 @@ import subprocess
 import sys
 import time
 
-from shared import REPO_ROOT, SOLVE_HEADER, format_rate, print_machine, print_table, run_to_solve, solve_rows
+from shared import (PROTOCOL_HEADER, REPO_ROOT, format_rate, format_value, median_first_solve, print_machine, print_table,
+                    protocol_rows, sb3_rows)
 
 # (num_actors, envs_per_actor, rollout_length, learner batches of 512 per iteration and device)
 POPULATIONS = ((8, 4, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1), (16, 16, 8, 4), (64, 16, 8, 4))
 CALLS_PER_ROUND, ROUNDS = 3, 3
 PAPER_ENV_STEPS, PAPER_BATCHES = 50_000, 19
 RLLIB_ENV_STEPS, RLLIB_BATCHES = 1_000, 7
+TARGET = 475.0
 
 
 def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_length: int, updates: int) -> dict:
@@ -95,7 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, nargs="+", default=[1, 2], help="learner device counts (forced CPU)")
     parser.add_argument("--seeds", type=int, default=10, help="seeds of the solve comparison, vmapped in one run")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved Ape-X / DQN launches of the solve comparison")
+    parser.add_argument("--seed", type=int, default=0, help="seed base of the solve comparison")
+    parser.add_argument("--sb3-seeds", type=int, default=3)
+    parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--skip-solve", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -110,22 +116,24 @@ def main() -> None:
         print_throughput([row for count in args.devices for row in throughput_on(count)])
     if args.skip_solve:
         return
-    common = ("env=cartpole", f"num_seeds={args.seeds}", "target_return=475")
-    runs = {"Ape-X, defaults (conf/algo/apex.yaml)": ("algo=apex", *common),
-            "DQN, defaults (+ algo_env/dqn_cartpole.yaml)": ("algo=dqn", *common, "total_env_steps=100000")}
-    rows, slowest = [], {label: [] for label in runs}
-    for round_index in range(args.rounds):  # interleaved, so both see the same machine load
-        for label, overrides in runs.items():
-            result = run_to_solve(*overrides)
-            rows += solve_rows(f"{label}, round {round_index + 1}", result)[: 1 if round_index else None]
-            seeds = result["summary"]["seeds"]
-            if all(s["solved_at_seconds"] is not None for s in seeds):
-                slowest[label].append(max(s["solved_at_seconds"] for s in seeds))
-    print_table(f"2. CartPole solved (greedy evaluation >= 475), {args.seeds} seeds in one process, cold start",
-                SOLVE_HEADER, rows)
-    for label, times in slowest.items():
-        print(f"   {label}: all seeds solved in {len(times)}/{args.rounds} rounds; launch to last seed solved "
-              f"{', '.join(f'{t:.1f}' for t in times)} s")
+    overrides = (f"num_seeds={args.seeds}", f"seed={args.seed}", "env=cartpole")
+    rows, numbers = [], {}
+    for label, algo in (("Ape-X", "apex"), ("DQN", "dqn")):  # defaults of each (conf/algo, conf/algo_env)
+        table, numbers[label] = protocol_rows(f"lightspeed {label}, {args.seeds} seeds (seed={args.seed})",
+                                              (f"algo={algo}", *overrides), TARGET)
+        rows += table
+    sb3 = []
+    if not args.skip_sb3:
+        sb3_table, sb3 = sb3_rows(args.sb3_seeds, TARGET)
+        rows += sb3_table
+    print_table(f"2. CartPole-v1: sustained solve (3 evaluations in a row >= {TARGET:.0f}) and the final "
+                "100-episode greedy return", PROTOCOL_HEADER, rows)
+    apex, dqn = numbers["Ape-X"]["cold"], numbers["DQN"]["cold"]
+    if apex is not None and dqn is not None:
+        print(f"   launch to all seeds sustained-solved, cold: Ape-X {apex:.1f} s, DQN {dqn:.1f} s ({apex / dqn:.2f}x)")
+    if sb3:
+        print(f"   the median stable-baselines3 seed first solved at {format_value(median_first_solve(sb3), '.1f', 'never')} s")
+
 
 if __name__ == "__main__":
     main()

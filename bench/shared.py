@@ -3,12 +3,15 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Sequence
+
+import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,34 +46,156 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
     sys.stdout.flush()
 
 
-def run_to_solve(*overrides: str, compilation_cache: Optional[str] = None) -> dict:
-    """`python run.py OVERRIDES`: its summary and process seconds. Without `compilation_cache` a
-    cold start, whose compilation counts as it does for the references."""
+def run_to_solve(*overrides: str, compilation_cache: Optional[str] = None, keep_dir: bool = False) -> dict:
+    """`python run.py OVERRIDES`: its summary and process seconds (and its run dir, with `keep_dir`).
+    Without `compilation_cache` a cold start, whose compilation counts as it does for the references."""
     run_dir = Path(tempfile.mkdtemp(prefix="bench_run_"))
     args = [sys.executable, str(REPO_ROOT / "run.py"), *overrides, "progress=false", f"hydra.run.dir={run_dir}",
             f"compilation_cache={compilation_cache or 'null'}"]
     start = time.time()
     subprocess.run(args, cwd=REPO_ROOT, check=True, capture_output=True)
     wall = time.time() - start
-    return {"summary": json.loads((run_dir / "summary.json").read_text()), "process_seconds": wall}
+    result = {"summary": json.loads((run_dir / "summary.json").read_text()), "process_seconds": wall, "run_dir": run_dir}
+    if not keep_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
 
 
-def solve_rows(label: str, result: dict) -> list[list[str]]:
-    """One row for the run (all seeds: the slowest one counts) and one per seed."""
-    seeds = result["summary"]["seeds"]
-    solved = [s for s in seeds if s["solved_at_env_steps"] is not None]
-    all_solved = len(solved) == len(seeds)
-    rows = [[label, f"{len(solved)}/{len(seeds)}",
-             format_value(max((s["solved_at_env_steps"] for s in solved), default=None)),
-             format_value(max(s["solved_at_seconds"] for s in solved) if all_solved else None, ".1f"),
-             f"{result['process_seconds']:.1f}", f"{result['summary']['compile_seconds']:.1f}"]]
-    for s in seeds:
-        rows.append([f"  seed {s['seed_index']}", "yes" if s["solved_at_env_steps"] is not None else "no",
-                     format_value(s["solved_at_env_steps"]), format_value(s["solved_at_seconds"], ".1f"), "", ""])
-    return rows
+def curve_history(run_dir: Path, target: float, window: int = 3):
+    """A run's periodic evaluations (metrics.jsonl) replayed through the trainer's protocol for `target`."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from framework.protocol import EvaluationHistory
+
+    evaluations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [e for e in evaluations if "eval/return_per_seed" in e]
+    history = EvaluationHistory(len(evaluations[0]["eval/return_per_seed"]), target, window)
+    for e in evaluations:
+        history.record(e["env_steps"], np.array(e["eval/return_per_seed"], dtype=float), e["perf/wall_seconds"])
+    return history
 
 
-SOLVE_HEADER = ["run", "solved", "env steps to solve", "launch to solved [s]", "process [s]", "compile [s]"]
+def pooled_stability(histories: Sequence) -> Optional[float]:
+    """Of all evaluations after a seed first reached the target, the fraction still at or above it."""
+    later = [h.after_first_hit(seed) for h in histories for seed in range(len(h.solved_at_env_steps))]
+    later = np.concatenate([values for values in later if values is not None] or [np.zeros(0)])
+    return float(np.mean(later >= histories[0].target)) if len(later) else None
+
+
+def final_iqm(finals: Sequence[float]) -> str:
+    """IQM [95% CI] of final returns, with rliable as framework.report computes it."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from framework.report import iqm_interval
+
+    estimate, low, high = iqm_interval(np.asarray(finals, dtype=float))
+    return f"{float(estimate):.1f} [{float(low):.1f}, {float(high):.1f}]"
+
+
+def protocol_rows(label: str, overrides: Sequence[str], target: float) -> tuple[list[list[str]], dict]:
+    """One configuration under the protocol: launch to every seed sustained-solved (cold, then
+    relaunched with a filled compilation cache), and the default-length run's final evaluation."""
+    solve = (*overrides, f"target_return={target}")
+    cold = run_to_solve(*solve)
+    with tempfile.TemporaryDirectory(prefix="bench_xla_cache_") as cache:
+        run_to_solve(*solve, compilation_cache=cache)
+        relaunch = run_to_solve(*solve, compilation_cache=cache)
+        full = run_to_solve(*overrides, compilation_cache=cache, keep_dir=True)
+    history = curve_history(full["run_dir"], target)
+    finals = [seed["final_eval_return"] for seed in full["summary"]["seeds"]]
+
+    def all_solved_seconds(result: dict) -> Optional[float]:
+        seeds = result["summary"]["seeds"]
+        times = [seed["solved_at_seconds"] for seed in seeds]
+        return None if None in times else max(times)
+
+    stability = pooled_stability([history])
+    numbers = {"cold": all_solved_seconds(cold), "relaunch": all_solved_seconds(relaunch), "finals": finals,
+               "stability": stability, "full_seconds": full["process_seconds"]}
+    solved_steps = [seed["solved_at_env_steps"] for seed in cold["summary"]["seeds"]]
+    row = [label, f"{sum(s is not None for s in solved_steps)}/{len(solved_steps)}",
+           format_value(max((s for s in solved_steps if s is not None), default=None)),
+           format_value(numbers["cold"], ".1f"), format_value(numbers["relaunch"], ".1f"),
+           f"{cold['summary']['compile_seconds']:.1f}", final_iqm(finals), f"{min(finals):.0f}",
+           f"{sum(f >= target for f in finals)}/{len(finals)}", format_value(stability, ".2f", "-"),
+           f"{full['summary']['env_steps']:,}", f"{full['process_seconds']:.1f}"]
+    return [row], numbers
+
+
+PROTOCOL_HEADER = ["run", "sustained-solved", "env steps to solve (max)", "launch to all solved, cold [s]",
+                   "relaunch, cached [s]", "compile [s]", "final IQM [95% CI]", "final min", "finals >= target",
+                   "stability", "run length [env steps]", "full run [s]"]
+
+
+# rl-baselines3-zoo, hyperparams/dqn.yml, CartPole-v1
+SB3_ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
+               target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+               exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))
+SB3_STEPS = 50_000
+
+SB3_CHILD = r'''
+import time
+START = time.time()
+import json, sys
+import gymnasium as gym
+import numpy as np
+from stable_baselines3 import DQN
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+
+seed, steps, target, hyper = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+
+class Evaluations(BaseCallback):
+    """Greedy evaluation of 16 episodes every 5,000 steps, as lightspeed's periodic ones; trains on to the end."""
+    def __init__(self):
+        super().__init__()
+        self.eval_env = gym.make("CartPole-v1")
+        self.returns, self.first_solve = [], None
+    def _on_step(self):
+        if self.num_timesteps % 5000 == 0:
+            mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=16, deterministic=True)
+            self.returns.append(float(mean))
+            if mean >= target and self.first_solve is None:
+                self.first_solve = (self.num_timesteps, time.time() - START)
+        return True
+
+model = DQN("MlpPolicy", gym.make("CartPole-v1"), seed=seed, device="cpu", verbose=0, **hyper)
+evaluations = Evaluations()
+model.learn(total_timesteps=steps, callback=evaluations)
+final, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=100, deterministic=True)
+print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluations.first_solve[0],
+                  "first_solve_seconds": evaluations.first_solve and evaluations.first_solve[1],
+                  "final_eval_return": float(final), "returns": evaluations.returns,
+                  "wall_seconds": time.time() - START}))
+'''
+
+
+def run_sb3(seed: int, target: float) -> dict:
+    """stable-baselines3's DQN (rl-zoo settings) for its 50k steps in a fresh process; needs stable-baselines3."""
+    out = subprocess.run([sys.executable, "-c", SB3_CHILD, str(seed), str(SB3_STEPS), str(target), json.dumps(SB3_ZOO)],
+                         check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sb3_rows(num_seeds: int, target: float) -> tuple[list[list[str]], list[dict]]:
+    """One row per SB3 seed under the same protocol: its first solve, its final 100-episode greedy return."""
+    rows, results = [], []
+    for seed in range(num_seeds):
+        result = run_sb3(seed, target)
+        returns = np.array(result["returns"])
+        hits = np.flatnonzero(returns >= target)
+        stability = float(np.mean(returns[hits[0] + 1:] >= target)) if len(hits) and hits[0] + 1 < len(returns) else None
+        results.append({**result, "stability": stability})
+        rows.append([f"stable-baselines3 rl-zoo DQN, seed {seed}", "-",
+                     format_value(result["first_solve_env_steps"], ",.0f", "never"),
+                     format_value(result["first_solve_seconds"], ".1f", "never") + " (first solve)", "-", "-",
+                     f"{result['final_eval_return']:.1f}", f"{result['final_eval_return']:.0f}",
+                     f"{int(result['final_eval_return'] >= target)}/1", format_value(stability, ".2f", "-"),
+                     f"{SB3_STEPS:,}", f"{result['wall_seconds']:.1f}"])
+    return rows, results
+
+
+def median_first_solve(results: Sequence[dict]) -> Optional[float]:
+    times = [r["first_solve_seconds"] for r in results]
+    return None if not times or None in times else float(np.median(times))
 
 
 def cpu_model() -> str:

@@ -1,5 +1,4 @@
-"""Ape-X: the epsilon ladder, actor-side priorities by hand, one program that trains, and learning."""
-import json
+"""Ape-X: the epsilon ladder, actor-side priorities by hand, one program that trains (learning: test_learning.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +8,6 @@ import pytest
 from algorithms.apex import ApexConfig, actor_priorities, make_apex
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
-from conftest import run_cli
 from envs import make
 from framework.errors import ConfigError
 from framework.evaluation import make_evaluate
@@ -75,28 +73,3 @@ def test_config_checks():
         ApexConfig(priority_alpha=1.5).validate()
     with pytest.raises(ConfigError, match=r"algo\.hidden_sizes=\[100000000\].*from 1 to 8192"):
         ApexConfig(hidden_sizes=[100_000_000]).validate()
-
-
-def _solved_at(tmp_path, *overrides):
-    """Env steps at which each seed of a run.py run first reached its target (None: never)."""
-    result = run_cli(*overrides, run_dir=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stderr
-    return [s["solved_at_env_steps"] for s in json.loads((tmp_path / "summary.json").read_text())["seeds"]]
-
-
-def test_apex_solves_cartpole_on_two_seeds(tmp_path):
-    solved = _solved_at(tmp_path, "algo=apex", "env=cartpole", "num_seeds=2", "target_return=475")
-    assert all(steps is not None for steps in solved), solved
-
-
-@pytest.mark.slow
-def test_apex_solves_cartpole_on_ten_seeds(tmp_path):
-    solved = _solved_at(tmp_path, "algo=apex", "env=cartpole", "num_seeds=10", "target_return=475")
-    assert all(steps is not None for steps in solved), solved
-
-
-@pytest.mark.slow
-def test_apex_solves_gridworld(tmp_path):
-    solved = _solved_at(tmp_path, "algo=apex", "env=gridworld", "env.observation=one_hot", "num_seeds=2",
-                        "target_return=1.0", "total_env_steps=100000")
-    assert all(steps is not None for steps in solved), solved
