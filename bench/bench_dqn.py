@@ -14,7 +14,7 @@ from interpreter start (imports and compilation included). Needs stable-baseline
 """
 import argparse
 
-from shared import PROTOCOL_HEADER, format_value, median_first_solve, print_machine, print_table, protocol_rows, sb3_rows
+from shared import print_machine, print_protocol_table
 
 TARGET = 475.0
 
@@ -29,17 +29,9 @@ def main() -> None:
 
     print_machine("lightspeed DQN benchmark")
     overrides = ("algo=dqn", "env=cartpole", f"num_seeds={args.seeds}", f"seed={args.seed}")
-    rows, dqn = protocol_rows(f"lightspeed DQN, {args.seeds} seeds in one process (seed={args.seed})", overrides, TARGET)
-    sb3 = []
-    if not args.skip_sb3:
-        sb3_table, sb3 = sb3_rows(args.sb3_seeds, TARGET)
-        rows += sb3_table
-    print_table(f"DQN on CartPole-v1: sustained solve (3 evaluations in a row >= {TARGET:.0f}) and the final "
-                "100-episode greedy return", PROTOCOL_HEADER, rows)
-    if sb3:
-        median = median_first_solve(sb3)
-        print(f"   ten lightspeed seeds sustained-solved {format_value(dqn['cold'], '.1f')} s from a cold launch; "
-              f"the median stable-baselines3 seed first solved at {format_value(median, '.1f', 'never')} s")
+    print_protocol_table(f"DQN on CartPole-v1: sustained solve (3 evaluations in a row >= {TARGET:.0f}) and the final "
+                         "100-episode greedy return", {f"lightspeed DQN, {args.seeds} seeds in one process": overrides},
+                         TARGET, 0 if args.skip_sb3 else args.sb3_seeds)
 
 
 if __name__ == "__main__":

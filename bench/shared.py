@@ -198,6 +198,25 @@ def median_first_solve(results: Sequence[dict]) -> Optional[float]:
     return None if not times or None in times else float(np.median(times))
 
 
+def print_protocol_table(title: str, configurations: dict[str, Sequence[str]], target: float,
+                         sb3_seeds: int) -> dict[str, dict]:
+    """Every configuration under the protocol, then `sb3_seeds` stable-baselines3 seeds, in one table;
+    each configuration's numbers, and the SB3 median first solve (under "sb3")."""
+    rows, numbers = [], {}
+    for label, overrides in configurations.items():
+        table, numbers[label] = protocol_rows(label, overrides, target)
+        rows += table
+    sb3_table, sb3 = sb3_rows(sb3_seeds, target) if sb3_seeds else ([], [])
+    print_table(title, PROTOCOL_HEADER, rows + sb3_table)
+    for label, values in numbers.items():
+        print(f"   {label}: every seed sustained-solved {format_value(values['cold'], '.1f')} s from a cold launch")
+    if sb3:
+        numbers["sb3"] = {"median_first_solve": median_first_solve(sb3)}
+        print(f"   the median stable-baselines3 seed first solved at "
+              f"{format_value(numbers['sb3']['median_first_solve'], '.1f', 'never')} s from its launch")
+    return numbers
+
+
 def cpu_model() -> str:
     try:
         for text_line in Path("/proc/cpuinfo").read_text().splitlines():
