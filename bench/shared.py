@@ -209,7 +209,9 @@ def print_protocol_table(title: str, configurations: dict[str, Sequence[str]], t
     sb3_table, sb3 = sb3_rows(sb3_seeds, target) if sb3_seeds else ([], [])
     print_table(title, PROTOCOL_HEADER, rows + sb3_table)
     for label, values in numbers.items():
-        print(f"   {label}: every seed sustained-solved {format_value(values['cold'], '.1f')} s from a cold launch")
+        solved = (f"every seed sustained-solved {values['cold']:.1f} s from a cold launch" if values["cold"] is not None
+                  else "not every seed sustained-solved within the run")
+        print(f"   {label}: {solved}")
     if sb3:
         numbers["sb3"] = {"median_first_solve": median_first_solve(sb3)}
         print(f"   the median stable-baselines3 seed first solved at "
