@@ -74,11 +74,15 @@ def curve_history(run_dir: Path, target: float, window: int = 3):
     return history
 
 
-def pooled_stability(histories: Sequence) -> Optional[float]:
-    """Of all evaluations after a seed first reached the target, the fraction still at or above it."""
-    later = [h.after_first_hit(seed) for h in histories for seed in range(len(h.solved_at_env_steps))]
-    later = np.concatenate([values for values in later if values is not None] or [np.zeros(0)])
-    return float(np.mean(later >= histories[0].target)) if len(later) else None
+def curve_stability(history) -> Optional[float]:
+    """The history's stability pooled over its seeds, as framework.report pools summary.json's."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from framework.report import pooled_stability
+
+    later = [history.after_first_hit(seed) for seed in range(len(history.solved_at_env_steps))]
+    seeds = [{"stability": history.stability(seed), "evaluations_after_target": None if after is None else len(after)}
+             for seed, after in enumerate(later)]
+    return pooled_stability(seeds)
 
 
 def final_iqm(finals: Sequence[float]) -> str:
@@ -107,7 +111,7 @@ def protocol_rows(label: str, overrides: Sequence[str], target: float) -> tuple[
         times = [seed["solved_at_seconds"] for seed in seeds]
         return None if None in times else max(times)
 
-    stability = pooled_stability([history])
+    stability = curve_stability(history)
     numbers = {"cold": all_solved_seconds(cold), "relaunch": all_solved_seconds(relaunch), "finals": finals,
                "stability": stability, "full_seconds": full["process_seconds"]}
     solved_steps = [seed["solved_at_env_steps"] for seed in cold["summary"]["seeds"]]

@@ -16,7 +16,6 @@ import numpy as np
 from flax import serialization
 
 POLICY_DIR = "policies"
-KINDS = ("final", "best")
 
 
 def policy_path(run_dir: Path, seed_index: int, which: str) -> Path:

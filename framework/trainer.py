@@ -216,8 +216,8 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
         return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result(), final_build.result())
 
 
-def summarize(history: EvaluationHistory, seeds: list[dict], progress: dict, compile_seconds: float,
-              wall_seconds: float, train_cfg: TrainConfig, num_devices: int, interrupted: bool) -> dict:
+def summarize(seeds: list[dict], progress: dict, compile_seconds: float, wall_seconds: float, train_cfg: TrainConfig,
+              num_devices: int, interrupted: bool) -> dict:
     """summary.json: the final evaluation per seed and over seeds, the solve rule, the run's speed
     (measured after compilation)."""
     env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
@@ -467,7 +467,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                 if stop.requested:
                     break
         seeds, final_policies = evaluate_finally(run, state, history, best)
-        summary = summarize(history, seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
+        summary = summarize(seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
                             interrupted=stop.requested and not last)
     finally:
         loggers.close(summary)
