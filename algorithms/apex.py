@@ -22,8 +22,8 @@ from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 from algorithms.common.targets import huber, td_errors
-from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
+from framework.env import EpisodeStatistics
 from framework.errors import check, check_number, check_positive_int
 from framework.parallel import device_index, mean_over_devices, num_learners
 from framework.registry import register_algorithm

@@ -20,8 +20,8 @@ from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.targets import huber, squared, td_errors
 from algorithms.common.uniform_replay import make_uniform_replay
-from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
+from framework.env import EpisodeStatistics
 from framework.errors import check, check_choice, check_number, check_positive_int
 from framework.registry import register_algorithm
 

@@ -9,6 +9,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from framework.env import Environment, StepResult
@@ -85,10 +86,42 @@ def is_terminal(state: CartPoleState, params: CartPoleParams) -> jax.Array:
     return (jnp.abs(state.x) > params.x_threshold) | (jnp.abs(state.theta) > params.theta_threshold_radians)
 
 
+FRAME_SIZE = (480, 320)  # width, height in pixels
+PIXELS_PER_METRE = FRAME_SIZE[0] / 4.8  # the track from -2.4 to 2.4 fills the frame, as gymnasium draws it
+CART_SIZE = (0.4, 0.24)  # metres
+POLE_WIDTH = 0.08
+
+
+def draw_cartpole(x: float, theta: float, time: int, params: CartPoleParams) -> np.ndarray:
+    """A side view: the track, the cart at `x` and the pole leaning `theta` from upright."""
+    from PIL import Image, ImageDraw  # Pillow (matplotlib's dependency), only when drawing
+
+    width, height = FRAME_SIZE
+    image = Image.new("RGB", FRAME_SIZE, "white")
+    draw = ImageDraw.Draw(image)
+    track_y = int(height * 0.7)
+    to_pixels = lambda px, py: (width / 2 + px * PIXELS_PER_METRE, track_y - py * PIXELS_PER_METRE)
+    draw.line([(0, track_y), (width, track_y)], fill="black", width=1)
+    cart_w, cart_h = CART_SIZE
+    draw.rectangle([to_pixels(x - cart_w / 2, cart_h / 2), to_pixels(x + cart_w / 2, -cart_h / 2)], fill="black")
+    # the pole's four corners, rotated about the axle at the top of the cart
+    along = np.array([math.sin(theta), math.cos(theta)]) * 2 * params.length
+    across = np.array([math.cos(theta), -math.sin(theta)]) * POLE_WIDTH / 2
+    axle = np.array([x, cart_h / 4])
+    corners = [axle - across, axle + across, axle + across + along, axle - across + along]
+    draw.polygon([to_pixels(*corner) for corner in corners], fill=(202, 152, 101))
+    axle_x, axle_y = to_pixels(*axle)
+    radius = POLE_WIDTH / 2 * PIXELS_PER_METRE
+    draw.ellipse([axle_x - radius, axle_y - radius, axle_x + radius, axle_y + radius], fill=(129, 132, 203))
+    draw.text((8, 8), f"step {time}", fill="black")
+    return np.asarray(image)
+
+
 class CartPole(Environment):
     name = "cartpole"
     # step_env uses no randomness: the base class's step gives the whole key to reset_env.
     stochastic_transitions = False
+    render_fps = 50  # tau = 0.02 s a step
 
     @property
     def default_params(self) -> CartPoleParams:
@@ -104,6 +137,9 @@ class CartPole(Environment):
 
     def max_episode_steps(self, params: CartPoleParams) -> int:
         return int(params.max_steps)
+
+    def render(self, state: CartPoleState, params: CartPoleParams) -> np.ndarray:
+        return draw_cartpole(float(state.x), float(state.theta), int(state.time), params)
 
     def reset_env(self, key: jax.Array, params: CartPoleParams) -> tuple[jax.Array, CartPoleState]:
         x, x_dot, theta, theta_dot = reset_noise(key)

@@ -145,6 +145,7 @@ class GridWorld(Environment):
     name = "gridworld"
     # step_env is deterministic, so Environment.step gives the whole key to the reset.
     stochastic_transitions = False
+    render_fps = 5
 
     def __init__(self, config: GridWorldConfig | None = None):
         config = GridWorldConfig() if config is None else config
@@ -207,6 +208,15 @@ class GridWorld(Environment):
         flat_index = cell[0] * self._width + cell[1]
         return (jnp.arange(self._height * self._width, dtype=jnp.int32) == flat_index).astype(jnp.float32)
 
+    def render(self, state: GridWorldState, params: GridWorldParams) -> np.ndarray:
+        return self.render_episode([state], params)[0]
+
+    def render_episode(self, states: list[GridWorldState], params: GridWorldParams) -> list[np.ndarray]:
+        """Each frame shows the path walked so far, from the episode's first cell."""
+        cells = [tuple(int(v) for v in np.asarray(state.cell)) for state in states]
+        start, goal = np.asarray(params.start).tolist(), np.asarray(params.goal).tolist()
+        return [draw_grid(self._walls, start, goal, cells[: t + 1]) for t in range(len(cells))]
+
     def reset_env(self, key: jax.Array, params: GridWorldParams) -> tuple[jax.Array, GridWorldState]:
         cell = self._random_free_cell(key, params.goal) if self._random_start else params.start.astype(jnp.int32)
         state = GridWorldState(cell=cell, time=jnp.zeros((), dtype=jnp.int32))
@@ -240,6 +250,34 @@ class GridWorld(Environment):
         truncated = time >= params.max_steps
         next_state = GridWorldState(cell=cell, time=time)
         return self.observation(cell), next_state, reward, terminated, truncated, {}
+
+
+CELL_PIXELS = 32
+COLOURS = {"free": (245, 245, 245), "wall": (60, 60, 60), "goal": (80, 180, 80), "start": (190, 210, 240),
+           "path": (40, 90, 200), "agent": (220, 50, 50), "grid": (200, 200, 200)}
+
+
+def draw_grid(walls: np.ndarray, start: Sequence[int], goal: Sequence[int], path: Sequence[Sequence[int]]) -> np.ndarray:
+    """The grid (walls, start, goal), the cells visited so far joined by a line, the agent at the last one."""
+    from PIL import Image, ImageDraw  # Pillow (matplotlib's dependency), only when drawing
+
+    height, width = walls.shape
+    image = Image.new("RGB", (width * CELL_PIXELS, height * CELL_PIXELS), COLOURS["free"])
+    draw = ImageDraw.Draw(image)
+    box = lambda row, col: [col * CELL_PIXELS, row * CELL_PIXELS, (col + 1) * CELL_PIXELS - 1, (row + 1) * CELL_PIXELS - 1]
+    centre = lambda row, col: ((col + 0.5) * CELL_PIXELS, (row + 0.5) * CELL_PIXELS)
+    for row in range(height):
+        for col in range(width):
+            kind = "wall" if walls[row, col] else "free"
+            kind = "goal" if (row, col) == tuple(goal) else "start" if (row, col) == tuple(start) else kind
+            draw.rectangle(box(row, col), fill=COLOURS[kind], outline=COLOURS["grid"])
+    if len(path) > 1:
+        draw.line([centre(*cell) for cell in path], fill=COLOURS["path"], width=3)
+    row, col = path[-1]
+    inset = CELL_PIXELS // 5
+    x0, y0, x1, y1 = box(row, col)
+    draw.ellipse([x0 + inset, y0 + inset, x1 - inset, y1 - inset], fill=COLOURS["agent"])
+    return np.asarray(image)
 
 
 @register_env("gridworld", config=GridWorldConfig)

@@ -5,12 +5,16 @@
     obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
 
 `terminated` is a real end (no bootstrap); `truncated` is a time limit (bootstrap from
-`info["final_observation"]`, the observation before the automatic reset).
+`info["final_observation"]`, the observation before the automatic reset). An env may also draw
+itself (`render(state, params) -> uint8 [H, W, 3]`, gymnax-style) for `framework.evaluate --gif`.
+`EpisodeStatistics` wraps any env with the bookkeeping of finished episodes every algorithm logs.
 """
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import struct
 
 StepResult = tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
 
@@ -21,6 +25,8 @@ class Environment:
     name: str = "environment"
     # False when `step_env` ignores its key: `step` then hands the whole key to the reset.
     stochastic_transitions: bool = True
+    # Steps per second of real time, for animations of `render`'s frames.
+    render_fps: int = 30
 
     @property
     def default_params(self) -> Any:
@@ -44,6 +50,14 @@ class Environment:
     def step_env(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
         raise NotImplementedError
 
+    def render(self, state: Any, params: Any) -> np.ndarray:
+        """One frame (uint8 [H, W, 3]) of a single, unbatched state; optional."""
+        raise NotImplementedError(f"{self.name} cannot render")
+
+    def render_episode(self, states: list[Any], params: Any) -> list[np.ndarray]:
+        """The frames of an episode's states; an env may draw more than one state per frame (a path)."""
+        return [self.render(state, params) for state in states]
+
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, Any]:
         return self.reset_env(key, self.default_params if params is None else params)
 
@@ -57,3 +71,79 @@ class Environment:
         next_state = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_state, next_state)
         info = {**info, "final_observation": obs}
         return jnp.where(done, reset_obs, obs), next_state, reward, terminated, truncated, info
+
+def can_render(env: Environment) -> bool:
+    """Whether the env (or the one a wrapper holds) draws itself."""
+    env = getattr(env, "env", env)
+    return type(env).render is not Environment.render or type(env).render_episode is not Environment.render_episode
+
+
+@struct.dataclass
+class EpisodeStatisticsState:
+    env_state: Any
+    episode_return: jax.Array  # running return of the current episode
+    episode_length: jax.Array
+    returned_episode_return: jax.Array  # return of the last finished episode
+    returned_episode_length: jax.Array
+
+
+class EpisodeStatistics(Environment):
+    """Adds the return and length of the last finished episode to `info`."""
+
+    def __init__(self, env: Environment):
+        self.env = env
+        self.name = env.name
+        self.stochastic_transitions = env.stochastic_transitions
+        self.render_fps = env.render_fps
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.env, attribute)
+
+    @property
+    def default_params(self) -> Any:
+        return self.env.default_params
+
+    @property
+    def num_actions(self) -> int:
+        return self.env.num_actions
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return self.env.observation_shape
+
+    def max_episode_steps(self, params: Any) -> int:
+        return self.env.max_episode_steps(params)
+
+    def render(self, state: EpisodeStatisticsState, params: Any) -> np.ndarray:
+        return self.env.render(state.env_state, params)
+
+    def render_episode(self, states: list[EpisodeStatisticsState], params: Any) -> list[np.ndarray]:
+        return self.env.render_episode([state.env_state for state in states], params)
+
+    def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, EpisodeStatisticsState]:
+        obs, env_state = self.env.reset_env(key, params)
+        zero = jnp.zeros((), jnp.float32)
+        return obs, EpisodeStatisticsState(env_state, zero, jnp.zeros((), jnp.int32), zero, jnp.zeros((), jnp.int32))
+
+    def _count(self, state: EpisodeStatisticsState, result: StepResult) -> StepResult:
+        obs, env_state, reward, terminated, truncated, info = result
+        done = terminated | truncated
+        episode_return = state.episode_return + reward
+        episode_length = state.episode_length + 1
+        new_state = EpisodeStatisticsState(
+            env_state,
+            jnp.where(done, 0.0, episode_return),
+            jnp.where(done, 0, episode_length),
+            jnp.where(done, episode_return, state.returned_episode_return),
+            jnp.where(done, episode_length, state.returned_episode_length),
+        )
+        info = {**info, "returned_episode_return": new_state.returned_episode_return,
+                "returned_episode_length": new_state.returned_episode_length, "returned_episode": done}
+        return obs, new_state, reward, terminated, truncated, info
+
+    def step_env(self, key: jax.Array, state: EpisodeStatisticsState, action: jax.Array, params: Any) -> StepResult:
+        return self._count(state, self.env.step_env(key, state.env_state, action, params))
+
+    def step(self, key: jax.Array, state: EpisodeStatisticsState, action: jax.Array, params: Any = None) -> StepResult:
+        params = self.default_params if params is None else params
+        return self._count(state, self.env.step(key, state.env_state, action, params))
