@@ -6,7 +6,7 @@ Terminal transitions do not bootstrap; time-limit truncations bootstrap from the
 """
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -14,9 +14,10 @@ import numpy as np
 from flax import struct
 
 from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
-from envs.wrappers import EpisodeStatistics
 from framework.algorithm import Algorithm
+from framework.env import EpisodeStatistics
 from framework.errors import ConfigError, check_number, check_positive_int
+from framework.evaluation import make_record_episode
 from framework.plots import plot_grid_values
 from framework.registry import register_algorithm
 
@@ -59,18 +60,14 @@ def q_learning_targets(reward: jax.Array, terminated: jax.Array, next_values: ja
     return reward + discount * jnp.where(terminated, 0.0, next_values.max(axis=-1))
 
 
-def greedy_path(env: Any, env_params: Any, q_values: np.ndarray) -> list[tuple[int, int]]:
-    """Cells visited by the greedy policy of `q_values` [H, W, A] from the start cell."""
-    _, state = env.reset_env(jax.random.key(0), env_params)
-    state = state.replace(cell=jnp.asarray(env_params.start))
-    cells = [tuple(int(v) for v in state.cell)]
-    for _ in range(env.max_episode_steps(env_params)):
-        action = int(np.argmax(q_values[cells[-1]]))
-        _, state, _, terminated, truncated, _ = env.step_env(jax.random.key(0), state, jnp.int32(action), env_params)
-        cells.append(tuple(int(v) for v in state.cell))
-        if terminated or truncated:
-            break
-    return cells
+def greedy_paths(env: Any, env_params: Any, act: Callable, q_values: jax.Array) -> list[list[tuple[int, int]]]:
+    """The cells each agent's own greedy policy visits in one episode ([agents, H, W, A] tables), played
+    as framework.evaluate plays it (the same act, ties broken at random)."""
+    record = jax.vmap(make_record_episode(env, env_params, act))
+    members = q_values[:, None]  # one agent's table alone acts as the whole population does
+    states, _, steps = jax.jit(record)(members, jax.random.split(jax.random.key(0), q_values.shape[0]))
+    cells, steps = np.asarray(states.cell), np.asarray(steps)
+    return [[tuple(int(v) for v in cell) for cell in cells[agent, : steps[agent] + 1]] for agent in range(len(steps))]
 
 
 @register_algorithm("tabular_q", config=TabularQConfig)
@@ -122,16 +119,18 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
 
     def act(q_values: jax.Array, obs: jax.Array, key: jax.Array) -> jax.Array:
         # evaluation episode e follows agent e mod num_agents, so every agent is scored
-        agents = jnp.arange(obs.shape[0]) % num_agents
+        agents = jnp.arange(obs.shape[0]) % q_values.shape[0]
         values = q_values[agents, obs[:, 0], obs[:, 1]]
         return greedy_with_random_ties(values, jax.random.uniform(key, (obs.shape[0],)))
 
     def save_artifacts(states: TabularQState, run_dir: Path) -> None:
         q_table = np.asarray(states.q_values)  # [seeds, agents, H, W, A]
         np.save(run_dir / "q_table.npy", q_table)
-        mean_q = q_table[0].mean(axis=0)
-        plot_grid_values(mean_q.max(axis=-1), run_dir / "q_values.png", np.asarray(env.walls),
-                         greedy_path(env, env_params, mean_q), np.asarray(env_params.start),
-                         np.asarray(env_params.goal), "max Q per cell (seed 0, mean over agents), greedy path")
+        paths = greedy_paths(env, env_params, act, jnp.asarray(q_table[0]))
+        plot_grid_values(q_table[0, 0].max(axis=-1), run_dir / "q_values.png", np.asarray(env.walls), paths[0],
+                         np.asarray(env_params.start), np.asarray(env_params.goal),
+                         "seed 0, agent 0: max Q and greedy path (other agents thin)",
+                         other_paths=paths[1:])
 
-    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update, save_artifacts=save_artifacts)
+    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update, save_artifacts=save_artifacts,
+                     population_policy=True)

@@ -19,6 +19,9 @@ class Algorithm(NamedTuple):
     act: Callable[[Any, jax.Array, jax.Array], jax.Array]
     # Env transitions one `update` makes in one seed (all of its envs together).
     env_steps_per_update: int
+    # True: the policy holds a population along the leading axis of every leaf (tabular Q's agents);
+    # `act` spreads a batch over its members (row e: member e mod size), so one member alone acts too.
+    population_policy: bool = False
     # Optional host-side outputs from the final states of all seeds, e.g. tables and plots.
     save_artifacts: Optional[Callable[[Any, Path], None]] = None
     # True: one learner per device averaging gradients with framework.parallel.mean_over_devices;

@@ -7,6 +7,16 @@ import jax.numpy as jnp
 from framework.env import Environment
 
 
+FINAL_EVALUATION = 2**31 - 1  # the final evaluation's number: its keys differ from every periodic one's
+
+
+def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
+    """Every seed's init key, and every seed's key for evaluation number `evaluation` (seed: uint32)."""
+    init_key, eval_root_key = jax.random.split(jax.random.key(seed))
+    eval_key = jax.random.fold_in(eval_root_key, evaluation)
+    return jax.random.split(init_key, num_seeds), jax.random.split(eval_key, num_seeds)
+
+
 def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes: int) -> Callable:
     """(policy of one seed, key) -> undiscounted return of each of `num_episodes` episodes."""
     horizon = env.max_episode_steps(env_params)
@@ -32,3 +42,26 @@ def make_evaluate(env: Environment, env_params: Any, act: Callable, num_episodes
         return returns
 
     return evaluate
+
+
+def make_record_episode(env: Environment, env_params: Any, act: Callable) -> Callable:
+    """(policy of one seed, key) -> (states [horizon + 1, ...], rewards [horizon], steps taken): one
+    greedy episode as `evaluate`'s first, with every state kept for drawing it."""
+    horizon = env.max_episode_steps(env_params)
+
+    def record(policy: Any, key: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+        keys = jax.random.split(key, horizon + 1)
+        obs, env_state = env.reset_env(keys[0], env_params)
+
+        def one_step(carry, step_key):
+            obs, env_state, running = carry
+            act_key, env_key = jax.random.split(step_key)
+            action = act(policy, obs[None], act_key)[0]
+            obs, env_state, reward, terminated, truncated, _ = env.step_env(env_key, env_state, action, env_params)
+            return (obs, env_state, running & ~(terminated | truncated)), (env_state, jnp.where(running, reward, 0.0), running)
+
+        _, (states, rewards, running) = jax.lax.scan(one_step, (obs, env_state, jnp.bool_(True)), keys[1:])
+        states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), env_state, states)
+        return states, rewards, running.sum()
+
+    return record

@@ -79,3 +79,10 @@ def build_config(kind: str, name: str, overrides: dict[str, Any]) -> Any:
     config = config_class(**overrides)
     config.validate()
     return config
+
+
+def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
+    """(env, env_params, algorithm) from validated env and algo configs (may raise ConfigError)."""
+    env, env_params = lookup("env", env_config.name).factory(env_config)
+    algorithm = lookup("algo", algo_config.name).factory(algo_config, env, env_params)
+    return env, env_params, algorithm

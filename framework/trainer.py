@@ -22,9 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 from framework import registry
 from framework.algorithm import Algorithm
 from framework.config import TrainConfig, chunk_updates, validated
-from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, refuse_to_overwrite
+from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
 from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
-from framework.evaluation import make_evaluate
+from framework.evaluation import FINAL_EVALUATION, make_evaluate, run_keys
 from framework.loggers import Loggers, make_loggers
 from framework.plots import plot_learning_curve
 from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distributed, is_writer, make_mesh,
@@ -61,16 +61,6 @@ class Programs(NamedTuple):
     init: Callable  # seed keys [S] -> state
     run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
     evaluate: Callable  # (policies, eval keys [S]) -> returns [(device,) S, episodes]
-
-
-FINAL_EVALUATION = 2**31 - 1  # the final evaluation's number: its keys differ from every periodic one's
-
-
-def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
-    """Every seed's init key, and every seed's key for evaluation number `evaluation` (seed: uint32)."""
-    init_key, eval_root_key = jax.random.split(jax.random.key(seed))
-    eval_key = jax.random.fold_in(eval_root_key, evaluation)
-    return jax.random.split(init_key, num_seeds), jax.random.split(eval_key, num_seeds)
 
 
 class SeededPrograms(NamedTuple):
@@ -133,9 +123,7 @@ def per_seed(values: np.ndarray, learners: bool) -> np.ndarray:
 
 def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
     """The env and algorithm selected by a validated config (may raise ConfigError)."""
-    env, env_params = registry.lookup("env", train.env.name).factory(train.env)
-    algorithm = registry.lookup("algo", train.algo.name).factory(train.algo, env, env_params)
-    return env, env_params, algorithm
+    return registry.build(train.env, train.algo)
 
 
 def non_finite_seeds(metrics: dict, algorithm: Algorithm, learners: bool) -> list[tuple[str, int]]:
@@ -360,6 +348,8 @@ def open_run_dir(train_cfg: TrainConfig, cfg: DictConfig, run_dir: Path) -> Opti
     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
     if train_cfg.resume and checkpointer.latest_step() is None:
         raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
+    if train_cfg.resume:
+        check_resumable(run_dir, cfg)
     if not train_cfg.resume:
         refuse_to_overwrite(run_dir)
     if is_writer():
@@ -387,13 +377,13 @@ def evaluate_finally(run: Run, state: Any, history: EvaluationHistory, best: Bes
     return seed_results(history, final_returns, best_returns), to_host(final_policies)
 
 
-def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, summary: dict, history: EvaluationHistory,
+def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, summary: dict, history: EvaluationHistory,
                   final_policies: Any, best: BestPolicies) -> None:
     """summary.json, each seed's final and best policy, the learning curve and the result's line."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     on_first_learner = _on_this_device if run.learners else (lambda tree: tree)
     for which, policies in (("final", final_policies), ("best", best.policies)):
-        save_policies(run_dir, which, on_first_learner(policies), train_cfg)
+        save_policies(run_dir, which, on_first_learner(policies), train_cfg, env)
     if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
         plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
                             train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
@@ -475,7 +465,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
             checkpointer.close()
 
     if writer:
-        write_results(run_dir, train_cfg, run, summary, history, final_policies, best)
+        write_results(run_dir, train_cfg, run, env, summary, history, final_policies, best)
     if algorithm.save_artifacts is not None:
         final_state = to_host(state)
         if writer:

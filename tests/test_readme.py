@@ -2,6 +2,7 @@
 
 The commands run in a temporary directory (so `runs/...` and `sweeps/...` land there) against
 this checkout's run.py; `total_env_steps` and the evaluation cadence are replaced by small values.
+`python -m framework.report` and `python -m framework.evaluate` run as written.
 Installing and the test suite itself are not rerun; `wandb sync` needs a network, so for it we
 check that the path it is given exists.
 """
@@ -63,8 +64,8 @@ def test_readme_command_runs(command, workdir):
         return
     if tokens[:2] == ["python", "run.py"]:
         args = [sys.executable, str(ROOT / "run.py"), *small_run(tokens[2:])]
-    elif tokens[:3] == ["python", "-m", "framework.report"]:
-        args = [sys.executable, "-m", "framework.report", *tokens[3:]]
+    elif tokens[:3] in (["python", "-m", "framework.report"], ["python", "-m", "framework.evaluate"]):
+        args = [sys.executable, *tokens[1:]]
         env["PYTHONPATH"] = str(ROOT)
     else:
         pytest.fail(f"the README runs a command this test does not know: {command}")

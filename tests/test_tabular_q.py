@@ -133,3 +133,19 @@ def test_random_starts_learn_the_optimal_policy_from_every_cell(tmp_path):
             shortest = round(np.log(v_star[row, col]) / np.log(DISCOUNT)) + 1
             assert len(greedy_path(q_table, [row, col], [0, 0], walls)) - 1 == shortest, (row, col)
             assert abs(q_table[row, col].max() - v_star[row, col]) < 0.05
+
+
+def test_the_picture_draws_each_agents_own_greedy_path():
+    """Two agents that take different routes: each path is its own, not the path of their mean table."""
+    from algorithms.tabular_q import greedy_paths
+
+    env, env_params = make("gridworld", height=2, width=3, start=[1, 2], goal=[0, 0])
+    algorithm = make_tabular_q(TabularQConfig(num_agents=2), env, env_params)
+    right, down, left, up = range(4)
+    preferred = [{(1, 2): up, (0, 2): left, (0, 1): left}, {(1, 2): left, (1, 1): left, (1, 0): up}]
+    tables = np.zeros((2, 2, 3, 4), np.float32)
+    for agent, moves in enumerate(preferred):
+        for cell, action in moves.items():
+            tables[(agent, *cell, action)] = 1.0
+    paths = greedy_paths(env, env_params, algorithm.act, jnp.asarray(tables))
+    assert paths == [[(1, 2), (0, 2), (0, 1), (0, 0)], [(1, 2), (1, 1), (1, 0), (0, 0)]]

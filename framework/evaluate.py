@@ -1,0 +1,154 @@
+"""Play a run's saved policies: `python -m framework.evaluate RUN_DIR [--which final|best]
+[--episodes N] [--seed N] [--gif PATH]`.
+
+Every seed's saved policy plays N greedy episodes of the run's own env (its saved env params), a
+table of their returns is printed and `evaluation.json` is written into the run dir. With the
+run's seed (the default) and its `final_eval_episodes` (default 100) the episodes are those of the
+run's own final evaluation, so the returns are the same. `--gif` animates one episode of seed 0.
+"""
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+
+from framework.env import can_render
+from framework.errors import ConfigError, check, check_writable_dir
+from framework.evaluation import FINAL_EVALUATION, make_evaluate, make_record_episode, run_keys
+from framework.policy import KINDS, SavedPolicies, load_policies
+
+GIF_MAX_FPS = 25  # viewers slow down frames shorter than 20-40 ms: faster envs show every k-th step
+GIF_LAST_FRAME_MS = 1000
+
+
+class OneParagraphParser(argparse.ArgumentParser):
+    """argparse's errors as this project's: one paragraph on stderr, exit status 2."""
+
+    def error(self, message: str) -> None:
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
+        print(f"Invalid command line: {message}. Usage: {usage}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = OneParagraphParser(prog="python -m framework.evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run dir written by run.py")
+    parser.add_argument("--which", default="final", help="final (the policy the run ended with) or best")
+    parser.add_argument("--episodes", type=int, default=100, help="greedy episodes per seed (default 100)")
+    parser.add_argument("--seed", type=int, default=None, help="the episodes' seed (default: the run's own)")
+    parser.add_argument("--gif", type=Path, default=None, help="write an animation of one episode of seed 0 here")
+    return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Bad input named before anything loads or compiles."""
+    check(args.which in KINDS, "--which", args.which, " or ".join(KINDS))
+    check(args.episodes > 0, "--episodes", args.episodes, "an integer >= 1")
+    check(args.seed is None or 0 <= args.seed < 2**32, "--seed", args.seed, "an integer from 0 to 2**32 - 1")
+    if args.gif is not None:
+        check(args.gif.suffix.lower() == ".gif", "--gif", str(args.gif), "a path ending in .gif")
+        check_writable_dir(args.gif.parent.resolve(), "--gif")
+
+
+def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
+    """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
+    num_seeds = saved.meta["num_seeds"]
+    evaluate_one_seed = make_evaluate(saved.env, saved.env_params, saved.algorithm.act, episodes)
+    keys = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), num_seeds)[1]
+    return np.asarray(jax.jit(jax.vmap(evaluate_one_seed))(saved.policies, keys))
+
+
+def record_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
+    """One greedy episode of seed 0 as an animated GIF; its return and length."""
+    env = saved.env
+    if not can_render(env):
+        raise ConfigError("--gif", str(path), "an env with a render(state, params) method",
+                          f"env={saved.meta['env']['name']} cannot draw itself")
+    first_seed = jax.tree.map(lambda leaf: leaf[0], saved.policies)
+    key = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), saved.meta["num_seeds"])[1][0]
+    states, rewards, steps = jax.jit(make_record_episode(env, saved.env_params, saved.algorithm.act))(first_seed, key)
+    steps = int(steps)
+    states = jax.device_get(states)
+    episode = [jax.tree.map(lambda leaf: leaf[t], states) for t in range(steps + 1)]
+    frames = env.render_episode(episode, saved.env_params)
+    write_gif(frames, path, env.render_fps)
+    return float(np.asarray(rewards).sum()), steps
+
+
+def write_gif(frames: list[np.ndarray], path: Path, fps: int) -> None:
+    """Frames at the env's real-time speed (every k-th when it is faster than viewers show), the last held."""
+    from PIL import Image  # Pillow: matplotlib's own image dependency
+
+    stride = max(1, math.ceil(fps / GIF_MAX_FPS))
+    shown = frames[::stride] if (len(frames) - 1) % stride == 0 else frames[::stride] + [frames[-1]]
+    durations = [round(1000 * stride / fps)] * (len(shown) - 1) + [GIF_LAST_FRAME_MS]
+    images = [Image.fromarray(frame) for frame in shown]
+    partial = path.with_name(path.name + ".partial")
+    images[0].save(partial, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0)
+    partial.replace(path)
+
+
+def run_results(run_dir: Path, which: str, episodes: int) -> Optional[list[float]]:
+    """The run's own final-evaluation return per seed for `which`, when it played the same episodes."""
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text()) if path.is_file() else {}
+    if summary.get("final_eval_episodes") != episodes:
+        return None
+    field = "final_eval_return" if which == "final" else "best_policy_eval_return"
+    return [seed.get(field) for seed in summary["seeds"]]
+
+
+def format_table(returns: np.ndarray, reported: Optional[list[float]]) -> str:
+    """Mean, std, min and max per seed, and the run's own number beside each when it has one."""
+    header = f"{'seed':>4}  {'mean':>8}  {'std':>7}  {'min':>8}  {'max':>8}" + ("  run's final eval" if reported else "")
+    rows = [header]
+    for index, seed_returns in enumerate(returns):
+        row = (f"{index:>4}  {seed_returns.mean():>8.2f}  {seed_returns.std():>7.2f}  {seed_returns.min():>8.2f}  "
+               f"{seed_returns.max():>8.2f}")
+        if reported and reported[index] is not None:
+            row += f"  {reported[index]:>16.2f}"
+        rows.append(row)
+    rows.append(f"{'all':>4}  {returns.mean(axis=1).mean():>8.2f}  (mean over seeds of the per-seed means)")
+    return "\n".join(rows)
+
+
+def evaluation_record(args: argparse.Namespace, seed: int, returns: np.ndarray, gif: Optional[dict]) -> dict:
+    return {
+        "which": args.which, "episodes": args.episodes, "seed": seed,
+        "mean_return": float(returns.mean(axis=1).mean()),
+        "seeds": [{"seed_index": index, "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()),
+                   "max": float(r.max()), "returns": r.tolist()} for index, r in enumerate(returns)],
+        "gif": gif,
+    }
+
+
+def main(argv: Sequence[str]) -> dict:
+    args = parse_args(argv)
+    check_args(args)
+    saved = load_policies(args.run_dir, args.which)
+    seed = saved.meta["seed"] if args.seed is None else args.seed
+    returns = play(saved, args.episodes, seed)
+    print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.meta['env']['name']}): "
+          f"{args.episodes} greedy episodes per seed, seed {seed}")
+    same_seed = args.seed is None or args.seed == saved.meta["seed"]
+    print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
+    gif = None
+    if args.gif is not None:
+        episode_return, steps = record_gif(saved, seed, args.gif)
+        gif = {"path": str(args.gif), "seed_index": 0, "return": episode_return, "steps": steps}
+        print(f"wrote {args.gif}: one episode of seed 0, return {episode_return:g} in {steps} steps")
+    record = evaluation_record(args, seed, returns, gif)
+    (args.run_dir / "evaluation.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)

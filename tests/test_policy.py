@@ -1,0 +1,232 @@
+"""The saved policy as a product: load_policy, `python -m framework.evaluate`, GIFs, and bad input."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT, run_cli
+from envs import make
+from envs.gridworld import CELL_PIXELS, COLOURS
+from framework import registry
+from framework.errors import ConfigError
+from framework.policy import load_policy, read_policy, save_policies
+
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def evaluate_cli(*args, env=None):
+    """`python -m framework.evaluate ARGS` in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "framework.evaluate", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def one_paragraph_error(result):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    return result.stderr
+
+
+@pytest.fixture(scope="module")
+def dqn_run(tmp_path_factory):
+    """The issue's command: DQN on CartPole, two seeds, defaults."""
+    run_dir = tmp_path_factory.mktemp("dqn")
+    result = run_cli("algo=dqn", "env=cartpole", "num_seeds=2", run_dir=run_dir)
+    assert result.returncode == 0, result.stderr
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tabular_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("tabular")
+    walls = "[[1,1],[2,1],[3,1],[4,3],[4,4],[4,5],[2,7],[3,7],[4,7],[5,7]]"
+    result = run_cli("algo=tabular_q", "env=gridworld", f"env.walls={walls}", "num_seeds=2", "algo.num_agents=6",
+                     "total_env_steps=600000", run_dir=run_dir)
+    assert result.returncode == 0, result.stderr
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def play_gymnasium(policy, episodes: int) -> np.ndarray:
+    env = gym.make("CartPole-v1")
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            total, done = total + reward, terminated or truncated
+        returns.append(total)
+    return np.array(returns)
+
+
+def test_a_loaded_policy_plays_gymnasiums_cartpole_as_well_as_the_run_reported(dqn_run):
+    run_dir, summary = dqn_run
+    for seed in summary["seeds"]:
+        returns = play_gymnasium(load_policy(run_dir, seed_index=seed["seed_index"]), 100)
+        # different start states: the two means may differ by their standard errors, no more
+        noise = np.sqrt((returns.std() ** 2 + seed["final_eval_std"] ** 2) / 100)
+        assert abs(returns.mean() - seed["final_eval_return"]) <= 4 * noise + 1.0, (returns.mean(), seed)
+
+
+def test_the_evaluate_command_reproduces_the_runs_final_evaluation(dqn_run):
+    run_dir, summary = dqn_run
+    for which, field in (("final", "final_eval_return"), ("best", "best_policy_eval_return")):
+        result = evaluate_cli(run_dir, "--which", which)
+        assert result.returncode == 0, result.stderr
+        evaluation = json.loads((run_dir / "evaluation.json").read_text())
+        assert (evaluation["which"], evaluation["episodes"], evaluation["seed"]) == (which, 100, 0)
+        for saved, ours in zip(summary["seeds"], evaluation["seeds"]):
+            assert ours["mean"] == pytest.approx(saved[field], abs=1e-9)
+            assert len(ours["returns"]) == 100
+        assert f"{summary['seeds'][0][field]:.2f}" in result.stdout  # the table shows the run's number beside
+
+
+def test_another_seed_plays_other_episodes(dqn_run):
+    run_dir, _ = dqn_run
+    assert evaluate_cli(run_dir, "--episodes", 3, "--seed", 1).returncode == 0
+    first = json.loads((run_dir / "evaluation.json").read_text())
+    assert evaluate_cli(run_dir, "--episodes", 3, "--seed", 2).returncode == 0
+    second = json.loads((run_dir / "evaluation.json").read_text())
+    assert first["seed"] == 1 and second["seed"] == 2 and len(first["seeds"][0]["returns"]) == 3
+
+
+def test_a_cartpole_gif_shows_the_whole_episode(dqn_run, tmp_path):
+    run_dir, _ = dqn_run
+    gif = tmp_path / "cartpole.gif"
+    result = evaluate_cli(run_dir, "--episodes", 2, "--gif", gif)
+    assert result.returncode == 0, result.stderr
+    recorded = json.loads((run_dir / "evaluation.json").read_text())["gif"]
+    image = Image.open(gif)
+    # 50 steps a second shown as every 2nd step at 25 frames a second, the last state always shown
+    assert image.size == (480, 320) and image.n_frames == recorded["steps"] // 2 + 1 + recorded["steps"] % 2
+    first = np.asarray(image.convert("RGB"))
+    last = np.asarray(_seek(image, image.n_frames - 1).convert("RGB"))
+    assert not np.array_equal(first, last)  # the cart and pole moved
+
+
+def _seek(image, index):
+    image.seek(index)
+    return image.copy()
+
+
+def test_a_gridworld_gif_walks_agent_zeros_path_to_the_goal(tabular_run, tmp_path):
+    run_dir, summary = tabular_run
+    gif = tmp_path / "grid.gif"
+    result = evaluate_cli(run_dir, "--gif", gif)
+    assert result.returncode == 0, result.stderr
+    steps = json.loads((run_dir / "evaluation.json").read_text())["gif"]["steps"]
+    assert 18 <= steps <= 22  # 18 is the shortest path around these walls
+    image = Image.open(gif)
+    assert image.n_frames == steps + 1
+    last = np.asarray(_seek(image, steps).convert("RGB"))
+    goal_centre = last[CELL_PIXELS // 2, CELL_PIXELS // 2]  # the goal is cell (0, 0)
+    assert np.abs(goal_centre.astype(int) - COLOURS["agent"]).max() <= 8
+
+
+def test_tabular_policies_are_one_agent_each(tabular_run):
+    run_dir, _ = tabular_run
+    env, env_params = make("gridworld", walls=[[1, 1], [2, 1], [3, 1], [4, 3], [4, 4], [4, 5], [2, 7], [3, 7],
+                                                [4, 7], [5, 7]])
+    tables, _ = read_policy(run_dir, 0, "final")
+    start = np.asarray(env_params.start)
+    for agent in (0, 5):
+        policy = load_policy(run_dir, 0, agent_index=agent)
+        greedy = int(np.argmax(tables[agent][tuple(start)]))
+        assert policy(start) == greedy  # no ties at a trained start cell
+    with pytest.raises(ConfigError, match="agent_index"):
+        load_policy(run_dir, 0, agent_index=6)
+
+
+def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
+    algo = registry.build_config("algo", algo_name, algo_overrides)
+    env = registry.build_config("env", env_name, {"observation": "one_hot"} if env_name == "gridworld" and algo_name != "tabular_q" else {})
+    return SimpleNamespace(algo=algo, env=env, seed=7, num_seeds=2)
+
+
+@pytest.mark.parametrize("algo_name, env_name", [("dqn", "cartpole"), ("apex", "cartpole"), ("dqn", "gridworld"),
+                                                 ("tabular_q", "gridworld")])
+def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
+    train_cfg = _fake_train_config(algo_name, env_name)
+    env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
+    from framework.policy import abstract_policy
+
+    template = abstract_policy(algorithm)
+    # random policies, not the initial ones: every array must survive the round trip exactly
+    leaves, treedef = jax.tree.flatten(template)
+    keys = jax.random.split(jax.random.key(1), len(leaves) * 2)
+    policies = jax.tree.unflatten(treedef, [np.asarray(jax.random.normal(k, (2, *leaf.shape), leaf.dtype))
+                                            for k, leaf in zip(keys, leaves)])
+    save_policies(tmp_path, "final", policies, train_cfg, env)
+    obs, _ = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.key(2), 64), env_params)
+    obs = np.asarray(obs)
+    for seed in (0, 1):
+        loaded = load_policy(tmp_path, seed_index=seed)
+        original = jax.tree.map(lambda leaf: jnp.asarray(leaf[seed]), policies)
+        if algorithm.population_policy:
+            original = jax.tree.map(lambda leaf: leaf[:1], original)
+        expected = np.asarray(algorithm.act(original, jnp.asarray(obs), jax.random.fold_in(jax.random.key(0), 1)))
+        np.testing.assert_array_equal(loaded(obs), expected)
+        assert loaded(obs[0]) == expected[0]  # random values leave no ties to break
+        for saved, restored in zip(jax.tree.leaves(original), jax.tree.leaves(loaded.policy)):
+            assert np.asarray(saved).tobytes() == np.asarray(restored).tobytes()
+    _, meta = read_policy(tmp_path, 1, "final")
+    assert meta["observation_shape"] == list(env.observation_shape) and meta["num_actions"] == env.num_actions
+    assert meta["algo"] == dataclasses.asdict(train_cfg.algo) and meta["seed"] == 7
+
+
+def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
+    train_cfg = _fake_train_config("dqn", "cartpole")
+    env, _, _ = registry.build(train_cfg.env, train_cfg.algo)
+    small = _fake_train_config("dqn", "cartpole", hidden_sizes=[32, 32])
+    _, _, small_algorithm = registry.build(small.env, small.algo)
+    from framework.policy import abstract_policy
+
+    policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), abstract_policy(small_algorithm))
+    save_policies(tmp_path, "final", policies, train_cfg, env)  # arrays of [32, 32] saved beside a [64, 64] config
+    with pytest.raises(ConfigError) as error:
+        load_policy(tmp_path)
+    assert "Dense_0" in str(error.value) and "shape (32,), the config builds (64,)" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_bad_input_to_load_policy_is_one_paragraph(dqn_run, tmp_path):
+    run_dir, _ = dqn_run
+    cases = [((tmp_path / "missing",), "no such directory"), ((tmp_path,), "no saved policies"),
+             ((run_dir, 0, "worst"), "which"), ((run_dir, 2), "seed_index"), ((run_dir, 0, "final", 1), "agent_index")]
+    for args, expected in cases:
+        with pytest.raises(ConfigError) as error:
+            load_policy(*args)
+        assert expected in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="observation"):
+        load_policy(run_dir)(np.zeros(3))
+
+
+def test_bad_input_to_the_evaluate_command_is_one_paragraph(dqn_run, tmp_path):
+    run_dir, _ = dqn_run
+    assert "no such directory" in one_paragraph_error(evaluate_cli(tmp_path / "missing"))
+    assert "no saved policies" in one_paragraph_error(evaluate_cli(tmp_path))
+    assert "--which" in one_paragraph_error(evaluate_cli(run_dir, "--which", "worst"))
+    assert "--episodes" in one_paragraph_error(evaluate_cli(run_dir, "--episodes", 0))
+    assert "--episodes" in one_paragraph_error(evaluate_cli(run_dir, "--episodes", "many"))
+    assert "--gif" in one_paragraph_error(evaluate_cli(run_dir, "--gif", tmp_path / "movie.mp4"))
+    assert "run_dir" in one_paragraph_error(evaluate_cli())
+
+
+def test_ape_x_policies_from_two_devices_act_as_the_run_evaluated_them(tmp_path):
+    """Learners on two forced devices; the saved policy, played on one device, gives the run's own final returns."""
+    result = run_cli("algo=apex", "env=cartpole", "num_seeds=2", "num_devices=2", "total_env_steps=20480",
+                     "eval_every=10240", "final_eval_episodes=20", run_dir=tmp_path, env=TWO_DEVICES)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_devices"] == 2
+    evaluated = evaluate_cli(tmp_path, "--episodes", 20)
+    assert evaluated.returncode == 0, evaluated.stderr
+    ours = json.loads((tmp_path / "evaluation.json").read_text())["seeds"]
+    assert [s["mean"] for s in ours] == pytest.approx([s["final_eval_return"] for s in summary["seeds"]], abs=1e-9)
