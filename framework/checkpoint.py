@@ -8,6 +8,7 @@ exactly where the checkpoint was taken.
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -59,14 +60,16 @@ def write_digests(step_dir: Path) -> None:
     os.replace(partial, step_dir / DIGESTS)
 
 
-def check_digests(step_dir: Path) -> None:
-    """Raises when a file of the checkpoint is missing, truncated or changed since it was written."""
+def check_digests(step_dir: Path) -> bool:
+    """Raises when a file of the checkpoint is missing, truncated or changed since it was written;
+    True when every file was verified, False when the checkpoint has no digests to check."""
     if not (step_dir / DIGESTS).exists():
-        return  # killed between Orbax's commit and the digests: Orbax's own read is the check
+        return False  # killed between Orbax's commit and the digests: Orbax's own read is the check
     expected, found = json.loads((step_dir / DIGESTS).read_text()), _file_digests(step_dir)
     damaged = sorted(name for name, digest in expected.items() if found.get(name) != digest)
     if damaged:
         raise OSError(f"{len(damaged)} file(s) missing or changed since written, e.g. {damaged[0]}")
+    return True
 
 
 def saved_steps(run_dir: Path) -> list[int]:
@@ -85,6 +88,68 @@ def refuse_to_overwrite(run_dir: Path) -> None:
                           f"{steps[-1]:,}, which a fresh run would overwrite")
 
 
+# what shapes the training state, or what it means: a resumed run must match the run dir's config in all of it
+STATE_KEYS = ("algo", "env", "seed", "num_seeds", "num_devices", "distributed.num_processes")
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    return {key: value for name, child in tree.items() for key, value in _flatten(child, f"{prefix}{name}.").items()} \
+        if tree else {prefix: {}}
+
+
+def state_config(config: dict) -> dict[str, Any]:
+    """The resolved config's state-shaping keys, dotted: {"algo.hidden_sizes": [64, 64], ...}."""
+    flat = {key.rstrip("."): value for key, value in _flatten(config).items()}
+    return {key: value for key, value in flat.items() if any(key == k or key.startswith(k + ".") for k in STATE_KEYS)}
+
+
+def interpolated_keys(config: Any) -> set[str]:
+    """Dotted keys of an OmegaConf config whose value is another key's (`${total_env_steps}`; not
+    resolvers such as `${oc.env:...}`)."""
+    from omegaconf import OmegaConf
+
+    raw = _flatten(OmegaConf.to_container(config, resolve=False))
+    return {key.rstrip(".") for key, value in raw.items()
+            if isinstance(value, str) and re.fullmatch(r"\$\{[\w.]+\}", value)}
+
+
+def config_differences(saved: dict, new: dict, follows: set[str] = frozenset()) -> list[str]:
+    """"key=saved in the run dir, new now" for every state-shaping key the two resolved configs disagree
+    on; keys in `follows` are interpolations (a schedule as long as the run) that move with their source."""
+    saved, new = state_config(saved), state_config(new)
+    missing = "(not set)"
+    differing = [key for key in sorted(set(saved) | set(new))
+                 if saved.get(key, missing) != new.get(key, missing) and key not in follows]
+    # another algorithm or env differs in all of its keys: its name says it
+    renamed = [group for group in ("algo", "env") if f"{group}.name" in differing]
+    differing = [key for key in differing if key.split(".")[0] not in renamed or key.endswith(".name")]
+    return [f"{key}={saved.get(key, missing)!r} in the run dir, {new.get(key, missing)!r} now" for key in differing]
+
+
+def check_resumable(run_dir: Path, new_config: Any) -> None:
+    """Before anything is restored: the run dir's saved config and this one (an OmegaConf config) must
+    build the same state. A longer `total_env_steps` is fine, and so are the schedules that follow it.
+
+    Checked by the first process (the one that holds the run dir) and its answer shared with the others.
+    """
+    from omegaconf import OmegaConf
+
+    differences = None
+    if jax.process_index() == 0 and (run_dir / "config.yaml").is_file():
+        import yaml
+
+        differences = config_differences(yaml.safe_load((run_dir / "config.yaml").read_text()),
+                                         OmegaConf.to_container(new_config, resolve=True), interpolated_keys(new_config))
+    differences = _json_from_first_process(differences)
+    if differences:
+        raise ConfigError("resume", True, "the run dir's own config for every key that shapes the training state "
+                          f"({', '.join(STATE_KEYS)}); or resume=false with another hydra.run.dir to start over",
+                          f"{len(differences)} key(s) differ from {run_dir / 'config.yaml'}: {'; '.join(differences)}. "
+                          "No checkpoint was read or changed")
+
+
 def _from_first_process(tree: Any) -> Any:
     """Process 0's values of a host pytree on every process (the others pass same-shaped arrays)."""
     if jax.process_count() == 1:
@@ -96,6 +161,20 @@ def _json_from_first_process(value: Any) -> Any:
     encoded = np.frombuffer(json.dumps(value).encode(), np.uint8)
     length = int(_from_first_process(np.int32(len(encoded))))
     return json.loads(bytes(_from_first_process(np.resize(encoded, length))).decode())
+
+
+def _first_shape_mismatch(restored: Any, template: Any) -> Optional[str]:
+    for (where, saved), expected in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(template)):
+        if saved.shape != expected.shape:
+            return (f"{jax.tree_util.keystr(where)} is {saved.shape} in the checkpoint, {expected.shape} in this run: "
+                    "the devices (num_devices, XLA_FLAGS), seeds or algorithm config differ")
+    return None
+
+
+def _does_not_fit(step: int, reason: str) -> ConfigError:
+    return ConfigError("resume", True, "the layout and config the checkpoints were written with",
+                       f"checkpoint {step} is intact but does not fit this run's state ({reason}); "
+                       "no checkpoint was changed")
 
 
 class Checkpointer:
@@ -143,23 +222,39 @@ class Checkpointer:
                 _json_from_first_process(host_state))
 
     def _restore_newest_readable(self, host_template: Any, policies_template: Any) -> tuple[Any, Any, dict]:
-        """The newest checkpoint that reads back; a damaged one is reported and the one before it used."""
+        """The newest checkpoint that reads back; a damaged one is reported, moved aside and the one before
+        it used. An intact one (its digests verified) that does not fit this run is this run's error."""
         ocp = _orbax()
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                check_digests(self._step_dir(step))  # before Orbax, whose threads print noise on a bad read
+                verified = check_digests(self._step_dir(step))  # before Orbax, whose threads print noise on a bad read
+            except OSError as error:
+                self._set_aside(step, error)
+                continue
+            try:
                 restored = self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(host_template), host=ocp.args.JsonRestore(),
                     policies=ocp.args.StandardRestore(policies_template)))
-                as_numpy = lambda tree: jax.tree.map(np.asarray, tree)
-                return as_numpy(restored["state"]), as_numpy(restored["policies"]), dict(restored["host"])
             except Exception as error:  # truncated or corrupted files: fall back rather than lose the run
-                aside = self._move_aside(step)
-                print(f"warning: checkpoint {step} cannot be read ({type(error).__name__}: "
-                      f"{str(error).splitlines()[0][:200]}); moved to {aside}, trying the one before it",
-                      file=sys.stderr, flush=True)
+                if verified:
+                    raise _does_not_fit(step, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}") from None
+                self._set_aside(step, error)
+                continue
+            as_numpy = lambda tree: jax.tree.map(np.asarray, tree)
+            state, policies = as_numpy(restored["state"]), as_numpy(restored["policies"])
+            mismatch = _first_shape_mismatch({"state": state, "policies": policies},
+                                            {"state": host_template, "policies": policies_template})
+            if mismatch:  # Orbax restores numpy arrays in their saved shapes, whatever the template's
+                raise _does_not_fit(step, mismatch)
+            return state, policies, dict(restored["host"])
         raise ConfigError("resume", True, "a run dir with at least one readable checkpoint",
-                          f"none of {sorted(self.manager.all_steps())} in {self.manager.directory} can be read")
+                          f"none of the checkpoints in {self.manager.directory} can be read")
+
+    def _set_aside(self, step: int, error: Exception) -> None:
+        aside = self._move_aside(step)
+        print(f"warning: checkpoint {step} cannot be read ({type(error).__name__}: "
+              f"{str(error).splitlines()[0][:200]}); moved to {aside}, trying the one before it",
+              file=sys.stderr, flush=True)
 
     def _step_dir(self, step: int) -> Path:
         return Path(self.manager.directory) / str(step)

@@ -148,6 +148,51 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
         np.testing.assert_array_equal(a, b)
 
 
+def _checkpoint_files(run_dir):
+    """Every checkpoint file's modification time and SHA-256."""
+    import hashlib
+
+    return {str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted((run_dir / "checkpoints").rglob("*")) if p.is_file()}
+
+
+SMALL_DQN = {"algo": "dqn", "env": "cartpole", "total_env_steps": "4096", "checkpoint.every": "2048",
+             "eval_every": "2048", "eval_episodes": "2", "final_eval_episodes": "2"}
+
+
+def _overrides(settings):
+    return [f"{key}={value}" for key, value in settings.items()]
+
+
+CHANGES = [({"algo.hidden_sizes": "[32,32]"}, "algo.hidden_sizes=[64, 64] in the run dir, [32, 32] now"),
+           ({"algo": "apex"}, "algo.name='dqn' in the run dir, 'apex' now"),
+           ({"env.max_steps": "200"}, "env.max_steps=500 in the run dir, 200 now")]
+
+
+def test_resume_with_a_changed_network_algorithm_or_env_exits_2_and_touches_no_checkpoint(tmp_path):
+    assert run_cli(*_overrides(SMALL_DQN), run_dir=tmp_path).returncode == 0
+    saved = _checkpoint_files(tmp_path)
+    for change, named in CHANGES:
+        result = run_cli(*_overrides({**SMALL_DQN, **change}), "resume=true", run_dir=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert named in result.stderr and result.stderr.strip().count("\n") == 0
+        assert _checkpoint_files(tmp_path) == saved and not (tmp_path / "checkpoints_unreadable").exists()
+    assert run_cli(*_overrides(SMALL_DQN), "resume=true", run_dir=tmp_path).returncode == 0  # the right config still resumes
+
+
+def test_an_intact_checkpoint_that_does_not_fit_the_devices_is_not_moved_aside(tmp_path):
+    """Learners on 2 devices, resumed on 1 (num_devices: null both times): the state's shape differs."""
+    apex = ("algo=apex", "total_env_steps=4096", "checkpoint.every=2048", "eval_every=2048", "eval_episodes=2",
+            "final_eval_episodes=2")
+    two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert run_cli(*apex, run_dir=tmp_path, env=two_devices).returncode == 0
+    saved = _checkpoint_files(tmp_path)
+    result = run_cli(*apex, "resume=true", run_dir=tmp_path, env={"XLA_FLAGS": ""})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "is intact but does not fit this run's state" in result.stderr
+    assert _checkpoint_files(tmp_path) == saved and not (tmp_path / "checkpoints_unreadable").exists()
+
+
 DIVERGING = ("algo=dqn", "env=cartpole", "num_seeds=2", "algo.learning_rate=1e30", "algo.learning_starts=4096",
              "total_env_steps=8192", "log_every=2048", "eval_every=4096", "eval_episodes=2", "checkpoint.every=2048")
 
