@@ -22,7 +22,7 @@ from framework.config import register_schemas  # noqa: E402
 from framework.errors import ConfigError, TrainingDiverged  # noqa: E402
 
 register_schemas()
-preflight(sys.argv[1:])
+sys.argv[1:] = preflight(sys.argv[1:])  # Hydra reads sys.argv itself
 
 
 class JobFailed(RuntimeError):

@@ -8,7 +8,7 @@ updates: the staleness is part of Ape-X. Under several devices every device runs
 parameters are the same on every device.
 """
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import actor_epsilons, epsilon_greedy, rollout_draws
-from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
+from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
@@ -59,6 +59,9 @@ class ApexConfig:
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
     layer_norm: bool = False
+    torso: Optional[str] = None  # mlp or conv; null: conv for [H, W, C] observations, else mlp
+    conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
+    conv_dense: int = 128  # conv torso: units of its dense layer
 
     def validate(self) -> None:
         for key in ("num_actors", "envs_per_actor", "rollout_length", "actor_sync_period", "n_step", "buffer_size",
@@ -78,7 +81,7 @@ class ApexConfig:
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.priority_alpha", self.priority_alpha, 0, 1, low_inclusive=False)  # Flashbax allows <= 1
         check_number("algo.beta_start", self.beta_start, 0, 1)
-        check_network_config(self.hidden_sizes, self.activation)
+        check_network_config(self)
 
 
 @struct.dataclass
@@ -119,11 +122,10 @@ def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q
 
 @register_algorithm("apex", config=ApexConfig)
 def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
-    require_vector_observations(env, "apex")
     num_envs = config.num_actors * config.envs_per_actor
     epsilons = np.asarray(actor_epsilons(config.num_actors, config.actor_epsilon, config.actor_alpha))
     env_epsilons = jnp.repeat(jnp.asarray(epsilons), config.envs_per_actor)  # actor i owns envs i*E .. i*E+E-1
-    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling, config.layer_norm)
+    network = make_q_network(config, env)
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))

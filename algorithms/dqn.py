@@ -6,7 +6,7 @@ Terminations never bootstrap; truncations bootstrap from the final observation. 
 randomness is drawn in bulk before its loops (see algorithms/common/exploration.rollout_draws).
 """
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,7 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common.exploration import epsilon_greedy, rollout_draws
-from algorithms.common.networks import QNetwork, check_network_config, require_vector_observations, select_tree
+from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.targets import huber, squared, td_errors
@@ -49,6 +49,9 @@ class DQNConfig:
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
     layer_norm: bool = False
+    torso: Optional[str] = None  # mlp or conv; null: conv for [H, W, C] observations, else mlp
+    conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
+    conv_dense: int = 128  # conv torso: units of its dense layer
     target_update_period: int = 64  # gradient steps between hard target copies (tau = 1)
     tau: float = 1.0  # < 1: Polyak averaging at every gradient step instead
     epsilon_start: float = 1.0
@@ -68,7 +71,7 @@ class DQNConfig:
         check_number("algo.max_grad_norm", self.max_grad_norm, 0, low_inclusive=False)
         check_number("algo.discount", self.discount, 0, 1)
         check_choice("algo.loss", self.loss, tuple(LOSSES))
-        check_network_config(self.hidden_sizes, self.activation)
+        check_network_config(self)
         check_number("algo.tau", self.tau, 0, 1, low_inclusive=False)
         check_number("algo.epsilon_start", self.epsilon_start, 0, 1)
         check_number("algo.epsilon_end", self.epsilon_end, 0, 1)
@@ -102,10 +105,9 @@ def dqn_loss(params: Any, target_params: Any, batch: dict, network: QNetwork, do
 
 @register_algorithm("dqn", config=DQNConfig)
 def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
-    require_vector_observations(env, "dqn")
     num_envs, n = config.num_envs, config.n_step
     steps_per_update = config.train_every // num_envs
-    network = QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling, config.layer_norm)
+    network = make_q_network(config, env)
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))

@@ -16,7 +16,7 @@ from flax import struct
 from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
 from framework.algorithm import Algorithm
 from framework.env import EpisodeStatistics
-from framework.errors import ConfigError, check_number, check_positive_int
+from framework.errors import check_number, check_positive_int
 from framework.evaluation import make_record_episode
 from framework.plots import plot_grid_values
 from framework.registry import register_algorithm
@@ -70,11 +70,8 @@ def greedy_paths(env: Any, env_params: Any, act: Callable, q_values: jax.Array) 
     return [[tuple(int(v) for v in cell) for cell in cells[agent, : steps[agent] + 1]] for agent in range(len(steps))]
 
 
-@register_algorithm("tabular_q", config=TabularQConfig)
+@register_algorithm("tabular_q", config=TabularQConfig, consumes=("cell",))  # it indexes its tables by grid cell
 def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorithm:
-    if getattr(env, "observation_kind", None) != "cell":
-        raise ConfigError("env", env.name, "a grid env with cell observations (env=gridworld env.observation=cell)",
-                          "algo=tabular_q indexes its table by grid cell")
     height, width = env.grid_shape
     num_agents, num_actions = config.num_agents, env.num_actions
     stats_env = EpisodeStatistics(env)

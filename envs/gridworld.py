@@ -12,7 +12,7 @@ start cells) lives on the env object; the values a sweep may vary live in `GridW
 import collections
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -20,12 +20,12 @@ import numpy as np
 from flax import struct
 
 from framework.env import Environment, StepResult
-from framework.errors import check, check_choice, check_number, check_positive_int
+from framework.errors import check, check_number, check_positive_int
 from framework.registry import register_env
 
 MAX_SIDE = 1024  # rows or columns: a 1024x1024 grid is validated in about a second
 
-OBSERVATION_KINDS = ("cell", "one_hot")
+ENCODINGS = {"cell": "cell", "one_hot": "vector"}  # env.observation -> the kind of observation it gives
 # (row, col) displacement of actions 0..3: right, down, left, up.
 ACTION_MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
 
@@ -45,8 +45,9 @@ class GridWorldConfig:
     max_steps: int = 100
     # Start each episode in a uniformly random free cell other than the goal.
     random_start: bool = False
-    # "cell": int32 (row, col) for tabular agents; "one_hot": float32 [height*width] for networks.
-    observation: str = "cell"
+    # "cell": int32 (row, col) for tabular agents; "one_hot": float32 [height*width] for networks;
+    # null: what the algorithm consumes (see ENCODINGS).
+    observation: Optional[str] = None
 
     def validate(self) -> None:
         """Raise a ConfigError naming the first bad key; pure Python, no JAX."""
@@ -60,7 +61,8 @@ class GridWorldConfig:
         check_number("env.step_reward", self.step_reward)
         check_positive_int("env.max_steps", self.max_steps)
         check(isinstance(self.random_start, bool), "env.random_start", self.random_start, "true or false")
-        check_choice("env.observation", self.observation, OBSERVATION_KINDS)
+        check(self.observation is None or self.observation in ENCODINGS, "env.observation", self.observation,
+              f"null (the algorithm chooses), {' or '.join(ENCODINGS)}")
         _check_cell("env.start", self.start, self.height, self.width)
         _check_cell("env.goal", self.goal, self.height, self.width)
         check(_is_sequence(self.walls), "env.walls", self.walls, "a list of [row, col] cells")
@@ -153,7 +155,7 @@ class GridWorld(Environment):
         self._height, self._width = config.height, config.width
         self._walls = walls_mask(config.height, config.width, config.walls)
         self._walls.setflags(write=False)
-        self._observation = config.observation
+        self._observation = config.observation or "cell"  # built directly, outside an algorithm: cells
         self._random_start = config.random_start
         # Free cells in row-major order; random starts draw from these (minus the goal).
         self._free_cells = np.argwhere(~self._walls).astype(np.int32)
@@ -186,8 +188,12 @@ class GridWorld(Environment):
         return self._walls.copy()
 
     @property
-    def observation_kind(self) -> str:
+    def observation_encoding(self) -> str:
         return self._observation
+
+    @property
+    def observation_kind(self) -> str:
+        return ENCODINGS[self._observation]
 
     @property
     def random_start(self) -> bool:
@@ -280,7 +286,7 @@ def draw_grid(walls: np.ndarray, start: Sequence[int], goal: Sequence[int], path
     return np.asarray(image)
 
 
-@register_env("gridworld", config=GridWorldConfig)
+@register_env("gridworld", config=GridWorldConfig, encodings=ENCODINGS)
 def make_gridworld(config: GridWorldConfig) -> tuple[GridWorld, GridWorldParams]:
     """The env and its default params from a validated config."""
     env = GridWorld(config)

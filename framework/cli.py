@@ -73,8 +73,19 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
             check_writable_dir(Path(value), key)
 
 
-def preflight(argv: Sequence[str]) -> None:
-    """Exit with status 2 and one paragraph on stderr when the overrides cannot make a config."""
+# keys whose names the schema cannot know in advance (a gymnax env's own params): added, not overridden
+OPEN_KEYS = ("env.params.",)
+
+
+def with_open_keys_added(argv: Sequence[str]) -> list[str]:
+    """`env.params.max_steps_in_episode=200` -> `++env.params.max_steps_in_episode=200` (Hydra's add-or-override)."""
+    return [f"++{arg}" if arg.startswith(OPEN_KEYS) and "=" in arg else arg for arg in argv]
+
+
+def preflight(argv: Sequence[str]) -> list[str]:
+    """Exit with status 2 and one paragraph on stderr when the overrides cannot make a config;
+    the command line for Hydra, open keys marked as additions."""
+    argv = with_open_keys_added(argv)
     overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
     multirun = any(flag in argv for flag in MULTIRUN_FLAGS)
     try:
@@ -85,3 +96,4 @@ def preflight(argv: Sequence[str]) -> None:
     except (ConfigError, ComposeError) as error:
         print(error, file=sys.stderr)
         sys.exit(2)
+    return argv

@@ -6,12 +6,18 @@ Third-party packages add their own with entry points in the groups `lightspeed.e
 import dataclasses
 import importlib
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
-from framework.errors import ConfigError
+from framework.errors import ConfigError, check
 
 ENTRY_POINT_GROUPS = {"env": "lightspeed.envs", "algo": "lightspeed.algorithms"}
 BUILTIN_MODULES = {"env": ("envs",), "algo": ("algorithms",)}
+
+
+# What observations are, for an algorithm to say what it consumes and an env what it gives:
+# "vector" features [D], "image" [H, W, C], "cell" grid indices (tabular agents).
+OBSERVATION_KINDS = ("vector", "image", "cell")
+NETWORK_INPUTS = ("vector", "image")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,28 +25,38 @@ class Entry:
     name: str
     factory: Callable[..., Any]
     config_class: type
+    # envs: the values of the config's `observation` key and the kind each gives (None: no choice)
+    encodings: Optional[dict[str, str]] = None
+    # algorithms: the observation kinds it consumes
+    consumes: tuple[str, ...] = NETWORK_INPUTS
 
 
 _REGISTRIES: dict[str, dict[str, Entry]] = {"env": {}, "algo": {}}
 _loaded = False
 
 
-def _register(kind: str, name: str, config_class: type) -> Callable:
+def _register(kind: str, name: str, config_class: type, **declared: Any) -> Callable:
     def decorator(factory: Callable) -> Callable:
-        _REGISTRIES[kind][name] = Entry(name, factory, config_class)
+        _REGISTRIES[kind][name] = Entry(name, factory, config_class, **declared)
         return factory
 
     return decorator
 
 
-def register_env(name: str, config: type) -> Callable:
-    """Decorate `factory(config) -> (env, env_params)`; `config` is its dataclass schema."""
-    return _register("env", name, config)
+def register_env(name: str, config: type, encodings: Optional[dict[str, str]] = None) -> Callable:
+    """Decorate `factory(config) -> (env, env_params)`; `config` is its dataclass schema.
+
+    `encodings`: an env that can encode its observations several ways names them (its config's
+    `observation` key) with the kind each gives; `observation: null` lets the algorithm choose.
+    Otherwise the kind follows the observation's rank: [D] vector, [H, W, C] image.
+    """
+    return _register("env", name, config, encodings=encodings)
 
 
-def register_algorithm(name: str, config: type) -> Callable:
-    """Decorate `factory(config, env, env_params) -> Algorithm`; `config` is its schema."""
-    return _register("algo", name, config)
+def register_algorithm(name: str, config: type, consumes: tuple[str, ...] = NETWORK_INPUTS) -> Callable:
+    """Decorate `factory(config, env, env_params) -> Algorithm`; `config` is its schema, `consumes`
+    the observation kinds it takes."""
+    return _register("algo", name, config, consumes=consumes)
 
 
 def load_plugins() -> None:
@@ -81,8 +97,34 @@ def build_config(kind: str, name: str, overrides: dict[str, Any]) -> Any:
     return config
 
 
+def observation_kind(env: Any) -> str:
+    """What the env's observations are: its own `observation_kind`, else by rank."""
+    return getattr(env, "observation_kind", None) or ("image" if len(env.observation_shape) == 3 else "vector")
+
+
+def with_encoding(env_config: Any, algo: Entry) -> Any:
+    """The env config with the observation encoding the algorithm consumes (chosen when it is null)."""
+    encodings = lookup("env", env_config.name).encodings
+    if not encodings:
+        return env_config
+    usable = [encoding for encoding, kind in encodings.items() if kind in algo.consumes]
+    wants = f"algo={algo.name} consumes {' or '.join(algo.consumes)} observations"
+    if env_config.observation is None:
+        if not usable:
+            raise ConfigError("env", env_config.name, f"an env whose observations algo={algo.name} consumes",
+                              f"{wants}; env={env_config.name} gives {', '.join(sorted(set(encodings.values())))}")
+        return dataclasses.replace(env_config, observation=usable[0])
+    check(env_config.observation in usable, "env.observation", env_config.observation,
+          f"{' or '.join(usable) if usable else 'none of ' + ', '.join(encodings)}, or null to let the algorithm choose",
+          f"{wants}; {env_config.observation} gives {encodings.get(env_config.observation)}")
+    return env_config
+
+
 def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
     """(env, env_params, algorithm) from validated env and algo configs (may raise ConfigError)."""
-    env, env_params = lookup("env", env_config.name).factory(env_config)
-    algorithm = lookup("algo", algo_config.name).factory(algo_config, env, env_params)
-    return env, env_params, algorithm
+    algo = lookup("algo", algo_config.name)
+    env, env_params = lookup("env", env_config.name).factory(with_encoding(env_config, algo))
+    kind = observation_kind(env)
+    check(kind in algo.consumes, "env", env_config.name, f"an env whose observations are {' or '.join(algo.consumes)}",
+          f"algo={algo.name} cannot take its {kind} observations of shape {list(env.observation_shape)}")
+    return env, env_params, algo.factory(algo_config, env, env_params)

@@ -117,9 +117,11 @@ def test_config_checks(overrides, key):
 
 
 def test_grid_cells_are_refused_with_a_hint():
-    env, params = make("gridworld")
-    with pytest.raises(ConfigError, match="one_hot"):
-        make_dqn(DQNConfig(), env, params)
+    from framework import registry
+
+    cells = registry.build_config("env", "gridworld", {"observation": "cell"})
+    with pytest.raises(ConfigError, match="env.observation='cell'.*Allowed: one_hot"):
+        registry.build(cells, DQNConfig())
 
 
 VARIANTS = {

@@ -47,7 +47,7 @@ def run_cases(batched_step_env, cases):
 
 def test_properties(env):
     assert env.name == "gridworld" and env.num_actions == 4
-    assert env.observation_shape == (2,) and env.observation_kind == "cell"
+    assert env.observation_shape == (2,) and (env.observation_encoding, env.observation_kind) == ("cell", "cell")
     assert env.grid_shape == (4, 5)
     assert env.walls.dtype == bool and env.walls.shape == (4, 5)
     assert sorted(map(list, np.argwhere(env.walls))) == sorted(WALLS)
@@ -152,7 +152,7 @@ def test_reset_returns_start(env):
 
 def test_one_hot_observation():
     env = make_env(observation="one_hot")
-    assert env.observation_shape == (20,) and env.observation_kind == "one_hot"
+    assert env.observation_shape == (20,) and (env.observation_encoding, env.observation_kind) == ("one_hot", "vector")
     params = env.default_params
     obs, state = env.reset(jax.random.key(0), params)
     assert obs.shape == (20,) and obs.dtype == jnp.float32
@@ -207,7 +207,7 @@ def test_registry_builds_env():
     ({"goal": [7, 11]}, "env.goal", "different from env.start"),
     ({"walls": [[0, 1], [1, 0]]}, "env.walls", "cut the goal off from the start"),
     ({"walls": [[6, 0], [7, 1]], "random_start": True}, "env.walls", "cut off from the goal"),
-    ({"observation": "pixels"}, "env.observation", "one of cell, one_hot"),
+    ({"observation": "pixels"}, "env.observation", "null (the algorithm chooses), cell or one_hot"),
     ({"height": 0}, "env.height", "an integer >= 1"),
     ({"height": 100000000}, "env.height", "from 1 to 1024"),
     ({"width": 2.5}, "env.width", "an integer >= 1"),

@@ -5,15 +5,21 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from framework.errors import ConfigError, check, check_choice
+from framework.errors import check, check_choice
 
 MAX_WIDTH = 8192  # a layer of 1e8 units passed the state-size check, then ran out of memory in its activations
 ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}
 
 
-class QNetwork(nn.Module):
-    """An MLP torso and a Q head: plain, or dueling (value + advantage minus its mean).
+TORSOS = ("mlp", "conv")
 
+
+class QNetwork(nn.Module):
+    """A torso and a Q head: plain, or dueling (value + advantage minus its mean).
+
+    Torsos: "mlp", Dense layers of `hidden_sizes` over the flattened observation; "conv", for
+    [H, W, C] images, 3x3 stride-1 convolutions of `conv_channels` filters and one Dense layer of
+    `conv_dense` units (MinAtar's network: one conv of 16 filters and 128 units, Young & Tian 2019).
     `layer_norm`: LayerNorm between each hidden Dense and its activation (PQN, Gallici et al. 2024),
     which keeps the features' scale fixed while the targets move.
     """
@@ -23,12 +29,24 @@ class QNetwork(nn.Module):
     activation: str = "relu"
     dueling: bool = False
     layer_norm: bool = False
+    torso: str = "mlp"
+    conv_channels: Sequence[int] = (16,)
+    conv_dense: int = 128
+    observation_ndim: int = 1  # the observation's own rank: the axes before it are batch axes
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         activation = ACTIVATIONS[self.activation]
-        features = obs.reshape(*obs.shape[: obs.ndim - 1], -1).astype(jnp.float32)
-        for size in self.hidden_sizes:
+        batch_shape = obs.shape[: obs.ndim - self.observation_ndim]
+        features = obs.astype(jnp.float32)  # observations keep their own dtype (MinAtar's booleans) until here
+        dense_sizes = self.hidden_sizes
+        if self.torso == "conv":
+            features = features.reshape(-1, *obs.shape[obs.ndim - self.observation_ndim:])
+            for channels in self.conv_channels:
+                features = activation(nn.Conv(channels, (3, 3), strides=1, padding="VALID")(features))
+            dense_sizes = (self.conv_dense,)
+        features = features.reshape(*batch_shape, -1)
+        for size in dense_sizes:
             features = nn.Dense(size)(features)
             features = activation(nn.LayerNorm()(features) if self.layer_norm else features)
         if not self.dueling:
@@ -38,18 +56,29 @@ class QNetwork(nn.Module):
         return value + advantages - advantages.mean(axis=-1, keepdims=True)
 
 
-def check_network_config(hidden_sizes: Sequence[int], activation: str) -> None:
-    """`algo.hidden_sizes` and `algo.activation` of any Q-network algorithm."""
-    check(len(hidden_sizes) > 0 and all(isinstance(s, int) and 1 <= s <= MAX_WIDTH for s in hidden_sizes),
-          "algo.hidden_sizes", list(hidden_sizes), f"a non-empty list of integers from 1 to {MAX_WIDTH}")
-    check_choice("algo.activation", activation, tuple(ACTIVATIONS))
+def check_network_config(config: Any) -> None:
+    """The network keys of any Q-network algorithm: hidden_sizes, activation, torso, conv_channels, conv_dense."""
+    sizes = lambda values: len(values) > 0 and all(isinstance(s, int) and 1 <= s <= MAX_WIDTH for s in values)
+    check(sizes(config.hidden_sizes), "algo.hidden_sizes", list(config.hidden_sizes),
+          f"a non-empty list of integers from 1 to {MAX_WIDTH}")
+    check_choice("algo.activation", config.activation, tuple(ACTIVATIONS))
+    check(config.torso is None or config.torso in TORSOS, "algo.torso", config.torso,
+          "null (conv for [H, W, C] observations, else mlp), mlp or conv")
+    check(sizes(config.conv_channels), "algo.conv_channels", list(config.conv_channels),
+          f"a non-empty list of integers from 1 to {MAX_WIDTH}")
+    check(isinstance(config.conv_dense, int) and 1 <= config.conv_dense <= MAX_WIDTH, "algo.conv_dense",
+          config.conv_dense, f"an integer from 1 to {MAX_WIDTH}")
 
 
-def require_vector_observations(env: Any, algorithm: str) -> None:
-    """A network needs feature vectors: grid cells are indices (GridWorld offers one_hot)."""
-    if getattr(env, "observation_kind", None) == "cell":
-        raise ConfigError("env.observation", "cell", f"one_hot (algo={algorithm} feeds observations to a network)",
-                          "grid cells are indices, not features")
+def make_q_network(config: Any, env: Any) -> QNetwork:
+    """The Q-network an algorithm config describes, for the env's observations and actions."""
+    shape = tuple(env.observation_shape)
+    torso = config.torso or ("conv" if len(shape) == 3 else "mlp")
+    check(torso == "mlp" or len(shape) == 3 and min(shape[:2]) >= 3, "algo.torso", torso,
+          "mlp (or null) for these observations", f"a conv torso needs [H, W, C] images of at least 3x3, env "
+          f"{env.name} gives {list(shape)}")
+    return QNetwork(env.num_actions, tuple(config.hidden_sizes), config.activation, config.dueling, config.layer_norm,
+                    torso, tuple(config.conv_channels), config.conv_dense, max(len(shape), 1))
 
 
 def select_tree(condition: jax.Array, new: Any, old: Any) -> Any:

@@ -1,0 +1,118 @@
+"""Any gymnax environment with a discrete action space, on this project's contract.
+
+    python run.py env=gymnax env.id=Acrobot-v1 env.params.max_steps_in_episode=300
+
+gymnax 1.0's `step_env` gives (obs, state, reward, terminated, info) and `is_truncated(state,
+params)` the time limit; both are kept apart as `terminated` and `truncated`, and the auto-reset
+step with `info["final_observation"]` is `framework.env.Environment.step`. `env.params.*`
+overrides fields of the env's own params. gymnax costs ~1 s to import: only when this env is built.
+"""
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from framework.env import Environment, StepResult
+from framework.errors import ConfigError, check
+from framework.registry import register_env
+
+# gymnax ids whose action space is continuous (checked again on the built env)
+CONTINUOUS_IDS = ("Pendulum-v1", "MountainCarContinuous-v0", "PointRobot-misc", "Reacher-misc", "Swimmer-misc")
+# MinAtar's channels are 0/1 floats in gymnax; as booleans a 1M-transition replay takes 8x less memory
+BOOLEAN_OBSERVATIONS = "-MinAtar"
+
+
+@dataclasses.dataclass
+class GymnaxConfig:
+    name: str = "gymnax"
+    id: str = "CartPole-v1"  # a gymnax id: gymnax.registered_envs, discrete actions only
+    # Overrides of the env's own params (gymnax's EnvParams), e.g. {max_steps_in_episode: 200}.
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Types only: the ids and params are gymnax's and are checked when it is imported."""
+        check(isinstance(self.id, str) and self.id != "", "env.id", self.id, "a gymnax environment id, e.g. Acrobot-v1")
+        check(isinstance(self.params, dict) and all(isinstance(k, str) for k in self.params), "env.params",
+              self.params, "a mapping of the env's param names to values")
+
+
+def discrete_ids(registered: list[str]) -> list[str]:
+    return [env_id for env_id in registered if env_id not in CONTINUOUS_IDS]
+
+
+def overridden_params(env_id: str, params: Any, overrides: dict[str, Any]) -> Any:
+    """gymnax's params with scalar fields replaced; unknown names and wrong types are config errors."""
+    scalars = {field.name: np.asarray(getattr(params, field.name)) for field in dataclasses.fields(params)
+               if np.ndim(getattr(params, field.name)) == 0}
+    replaced = {}
+    for name, value in overrides.items():
+        check(name in scalars, f"env.params.{name}", value, f"a scalar param of {env_id}: {', '.join(sorted(scalars))}",
+              "unknown param")
+        integer = np.issubdtype(scalars[name].dtype, np.integer)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        check(number and (not integer or float(value).is_integer()), f"env.params.{name}", value,
+              f"{'an integer' if integer else 'a number'} (its default is {scalars[name].item()})")
+        replaced[name] = int(value) if integer else float(value)
+    return params.replace(**replaced)
+
+
+class GymnaxEnv(Environment):
+    """A gymnax env behind this project's contract; observations cast to booleans for MinAtar."""
+
+    def __init__(self, gymnax_env: Any, env_id: str, params: Any, observation_space: Any, one_hot: bool):
+        self._env, self._params = gymnax_env, params
+        self.name = env_id
+        self._boolean = env_id.endswith(BOOLEAN_OBSERVATIONS)
+        # a Discrete observation (FrozenLake's cell index) becomes a one-hot vector a network can take
+        self._one_hot_size = int(observation_space.n) if one_hot else None
+        self._observation_shape = (self._one_hot_size,) if one_hot else tuple(int(n) for n in observation_space.shape)
+        self._num_actions = int(gymnax_env.action_space(params).n)
+
+    @property
+    def default_params(self) -> Any:
+        return self._params
+
+    @property
+    def num_actions(self) -> int:
+        return self._num_actions
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return self._observation_shape
+
+    def max_episode_steps(self, params: Any) -> int:
+        return int(params.max_steps_in_episode)
+
+    def _observe(self, obs: jax.Array) -> jax.Array:
+        if self._one_hot_size is not None:
+            return jax.nn.one_hot(obs, self._one_hot_size, dtype=jnp.float32)
+        return obs.astype(jnp.bool_) if self._boolean else obs
+
+    def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+        obs, state = self._env.reset_env(key, params)
+        return self._observe(obs), state
+
+    def step_env(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
+        obs, state, reward, terminated, _ = self._env.step_env(key, state, action, params)
+        truncated = self._env.is_truncated(state, params)
+        return (self._observe(obs), state, jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, jnp.bool_),
+                jnp.asarray(truncated, jnp.bool_), {})
+
+
+@register_env("gymnax", config=GymnaxConfig)
+def make_gymnax(config: GymnaxConfig) -> tuple[GymnaxEnv, Any]:
+    import gymnax  # ~1 s, and only for this env
+    from gymnax.environments import spaces
+
+    registered = list(gymnax.registered_envs)
+    allowed = f"a gymnax id with discrete actions: {', '.join(discrete_ids(registered))}"
+    check(config.id in registered, "env.id", config.id, allowed, "not a gymnax environment")
+    check(config.id not in CONTINUOUS_IDS, "env.id", config.id, allowed, "its action space is continuous")
+    gymnax_env, params = gymnax.make(config.id)
+    if not isinstance(gymnax_env.action_space(params), spaces.Discrete):
+        raise ConfigError("env.id", config.id, allowed, "its action space is not discrete")
+    params = overridden_params(config.id, params, config.params)
+    space = gymnax_env.observation_space(params)
+    return GymnaxEnv(gymnax_env, config.id, params, space, isinstance(space, spaces.Discrete)), params

@@ -1,0 +1,137 @@
+"""env=gymnax: the adapter against gymnax's own step, image observations through the conv torso,
+observation encodings chosen by the algorithm, and the one-paragraph errors."""
+import json
+
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.common.networks import QNetwork, make_q_network
+from conftest import compose_config, run_cli
+from envs import make
+from framework import registry
+from framework.config import validated
+from framework.errors import ConfigError
+from framework.trainer import build
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCar-v0", "Breakout-MinAtar", "Catch-bsuite"])
+def test_the_adapter_steps_as_gymnax_does_on_the_same_keys(env_id):
+    """Auto-reset steps with random actions: observations, rewards, both flags and the final observation."""
+    ours, params = make("gymnax", id=env_id, params={"max_steps_in_episode": 40})
+    theirs, their_params = gymnax.make(env_id)
+    their_params = their_params.replace(max_steps_in_episode=40)
+    key = jax.random.key(3)
+    obs, state = ours.reset(key, params)
+    their_obs, their_state = theirs.reset(key, their_params)
+    np.testing.assert_array_equal(np.asarray(obs, np.float32), np.asarray(their_obs, np.float32))
+    step, their_step = jax.jit(ours.step), jax.jit(theirs.step)
+    ended = {"terminated": 0, "truncated": 0}
+    for t in range(200):
+        step_key, action_key = jax.random.split(jax.random.fold_in(key, t))
+        action = jax.random.randint(action_key, (), 0, ours.num_actions)
+        obs, state, reward, terminated, truncated, info = step(step_key, state, action, params)
+        their_obs, their_state, their_reward, their_terminated, their_truncated, their_info = their_step(
+            step_key, their_state, action, their_params)
+        np.testing.assert_array_equal(np.asarray(obs, np.float32), np.asarray(their_obs, np.float32))
+        np.testing.assert_array_equal(np.asarray(info["final_observation"], np.float32),
+                                      np.asarray(their_info["final_observation"], np.float32))
+        assert float(reward) == float(their_reward)
+        assert (bool(terminated), bool(truncated)) == (bool(their_terminated), bool(their_truncated))
+        ended["terminated"] += bool(terminated)
+        ended["truncated"] += bool(truncated)
+    assert ended["terminated"] + ended["truncated"] > 0  # episodes ended and were reset in the same way
+    if env_id in ("Acrobot-v1", "MountainCar-v0"):  # random play never swings up or reaches the flag in 40 steps
+        assert ended["truncated"] > 0 and ended["terminated"] == 0
+
+
+def test_minatar_observations_stay_boolean_in_replay_and_a_million_transitions_fit_in_a_gigabyte():
+    cfg = validated(compose_config("algo=dqn", "env=gymnax", "env.id=Breakout-MinAtar", "algo.buffer_size=1000000"))
+    env, env_params, algorithm = build(cfg)
+    assert env.observation_shape == (10, 10, 4)
+    state = jax.eval_shape(algorithm.init, jax.random.key(0))
+    replay_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state.replay_state))
+    observations = [leaf for leaf in jax.tree.leaves(state.replay_state) if leaf.shape[-3:] == (10, 10, 4)]
+    assert observations and all(leaf.dtype == jnp.bool_ for leaf in observations)
+    assert replay_bytes <= 1e9, replay_bytes
+
+
+def test_image_observations_get_the_minatar_conv_torso_and_learn():
+    env, env_params = make("gymnax", id="Breakout-MinAtar")
+    config = registry.build_config("algo", "dqn", {})
+    network = make_q_network(config, env)
+    assert network.torso == "conv"
+    obs = jnp.zeros((5, 10, 10, 4), jnp.bool_)
+    params = network.init(jax.random.key(0), obs)
+    shapes = jax.tree.map(lambda leaf: leaf.shape, params)["params"]
+    assert shapes["Conv_0"]["kernel"] == (3, 3, 4, 16) and shapes["Dense_0"]["kernel"] == (8 * 8 * 16, 128)
+    assert network.apply(params, obs).shape == (5, 3)
+    # a few gradient steps towards fixed targets lower the loss
+    observations = jax.random.bernoulli(jax.random.key(1), 0.2, (32, 10, 10, 4))
+    targets = jax.random.normal(jax.random.key(2), (32, 3))
+    loss = lambda p: jnp.mean((network.apply(p, observations) - targets) ** 2)
+    first, gradient = loss(params), jax.jit(jax.grad(loss))
+    for _ in range(20):
+        params = jax.tree.map(lambda p, g: p - 0.05 * g, params, gradient(params))
+    assert loss(params) < 0.7 * first
+
+
+def test_vector_observations_of_any_rank_are_flattened():
+    network = QNetwork(3, (8,), observation_ndim=2)
+    params = network.init(jax.random.key(0), jnp.zeros((10, 5)))
+    assert jax.tree.map(lambda leaf: leaf.shape, params)["params"]["Dense_0"]["kernel"] == (50, 8)
+    assert network.apply(params, jnp.zeros((7, 10, 5))).shape == (7, 3)
+
+
+@pytest.mark.parametrize("algo, encoding", [("dqn", "one_hot"), ("apex", "one_hot"), ("tabular_q", "cell")])
+def test_gridworld_gives_each_algorithm_the_encoding_it_consumes(algo, encoding):
+    env, _, _ = build(validated(compose_config(f"algo={algo}", "env=gridworld")))
+    assert env.observation_encoding == encoding
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (("env.id=Pendulum-v1",), "env.id='Pendulum-v1' (its action space is continuous)"),
+    (("env.id=Breakout",), "env.id='Breakout' (not a gymnax environment)"),
+    (("env.params.no_such_param=3",), "env.params.no_such_param=3 (unknown param)"),
+    (("env.params.max_steps_in_episode=1.5",), "env.params.max_steps_in_episode=1.5"),
+    (("env.id=Acrobot-v1", "algo.torso=conv"), "algo.torso='conv'"),
+])
+def test_bad_gymnax_input_is_one_paragraph(overrides, named):
+    result = run_cli("algo=dqn", "env=gymnax", *overrides, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert named in result.stderr and result.stderr.strip().count("\n") == 0
+    assert "Allowed:" in result.stderr
+
+
+def test_a_mismatched_encoding_is_a_clear_error():
+    with pytest.raises(ConfigError, match="env.observation='cell'.*Allowed: one_hot"):
+        build(validated(compose_config("algo=dqn", "env=gridworld", "env.observation=cell")))
+    with pytest.raises(ConfigError, match="algo=tabular_q cannot take its vector observations"):
+        build(validated(compose_config("algo=tabular_q", "env=cartpole")))
+
+
+def test_dqn_on_acrobot_end_to_end(tmp_path):
+    result = run_cli("algo=dqn", "env=gymnax", "env.id=Acrobot-v1", "env.params.max_steps_in_episode=200",
+                     "num_seeds=2", "total_env_steps=4096", "eval_every=2048", "eval_episodes=2",
+                     "final_eval_episodes=4", run_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert all(-200 <= seed["final_eval_return"] <= 0 for seed in summary["seeds"])
+
+
+def test_ape_x_on_minatar_checkpoints_resumes_and_its_policy_plays(tmp_path):
+    """The conv torso through the whole product: train, checkpoint, resume longer, evaluate the saved policy."""
+    from framework.policy import load_policy
+
+    run = ("algo=apex", "env=gymnax", "env.id=Breakout-MinAtar", "env.params.max_steps_in_episode=200",
+           "algo.learning_starts=256", "algo.learner_updates_per_iteration=2", "algo.batch_size=32",
+           "checkpoint.every=1024", "eval_every=1024", "eval_episodes=2", "final_eval_episodes=2")
+    assert run_cli(*run, "total_env_steps=1024", run_dir=tmp_path).returncode == 0
+    result = run_cli(*run, "total_env_steps=2048", "resume=true", run_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] == 2048
+    policy = load_policy(tmp_path)
+    obs, _ = policy.env.reset(jax.random.key(0), policy.env_params)
+    assert 0 <= policy(np.asarray(obs)) < 3
