@@ -2,6 +2,7 @@
 observation encodings chosen by the algorithm, and the one-paragraph errors."""
 import json
 
+import flax.linen as nn
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -66,7 +67,7 @@ def test_image_observations_get_the_minatar_conv_torso_and_learn():
     obs = jnp.zeros((5, 10, 10, 4), jnp.bool_)
     params = network.init(jax.random.key(0), obs)
     shapes = jax.tree.map(lambda leaf: leaf.shape, params)["params"]
-    assert shapes["Conv_0"]["kernel"] == (3, 3, 4, 16) and shapes["Dense_0"]["kernel"] == (8 * 8 * 16, 128)
+    assert shapes["Conv3x3_0"]["kernel"] == (3, 3, 4, 16) and shapes["Dense_0"]["kernel"] == (8 * 8 * 16, 128)
     assert network.apply(params, obs).shape == (5, 3)
     # a few gradient steps towards fixed targets lower the loss
     observations = jax.random.bernoulli(jax.random.key(1), 0.2, (32, 10, 10, 4))
@@ -76,6 +77,16 @@ def test_image_observations_get_the_minatar_conv_torso_and_learn():
     for _ in range(20):
         params = jax.tree.map(lambda p, g: p - 0.05 * g, params, gradient(params))
     assert loss(params) < 0.7 * first
+
+
+def test_the_matmul_convolution_is_flaxs_convolution():
+    from algorithms.common.networks import Conv3x3
+
+    images = jax.random.normal(jax.random.key(0), (2, 5, 10, 10, 4))
+    ours = Conv3x3(16)
+    params = ours.init(jax.random.key(1), images)
+    reference = nn.Conv(16, (3, 3), strides=1, padding="VALID")
+    np.testing.assert_allclose(ours.apply(params, images), reference.apply(params, images), rtol=1e-5, atol=1e-5)
 
 
 def test_vector_observations_of_any_rank_are_flattened():
