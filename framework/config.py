@@ -63,6 +63,9 @@ class DistributedConfig:
     num_processes: int = 1
     process_id: int = 0
     initialization_timeout: int = 120  # seconds to wait for every process to join
+    # where process 0's coordination service (unauthenticated gRPC) listens; null: the coordinator
+    # address itself, so 127.0.0.1:PORT stays on loopback. 0.0.0.0:PORT listens on every interface.
+    bind_address: Optional[str] = None
 
     def validate(self) -> None:
         check_positive_int("distributed.num_processes", self.num_processes)
@@ -75,6 +78,10 @@ class DistributedConfig:
             host, _, port = address.rpartition(":")
             check(bool(host) and port.isdigit(), "distributed.coordinator_address", self.coordinator_address,
                   "host:port of process 0 (or the LIGHTSPEED_COORDINATOR environment variable)")
+        if self.bind_address is not None:
+            host, _, port = self.bind_address.rpartition(":")
+            check(bool(host) and port.isdigit(), "distributed.bind_address", self.bind_address,
+                  "null (listen on the coordinator address) or host:port, e.g. 0.0.0.0:7777 for every interface")
 
 
 @dataclasses.dataclass

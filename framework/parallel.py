@@ -76,8 +76,10 @@ def initialize_distributed(config: DistributedConfig) -> None:
         return
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
+        # the coordination service would listen on every interface ([::]:PORT) unless told where
+        bind = config.bind_address or config.coordinator_address
         jax.distributed.initialize(config.coordinator_address, config.num_processes, config.process_id,
-                                   initialization_timeout=config.initialization_timeout)
+                                   initialization_timeout=config.initialization_timeout, coordinator_bind_address=bind)
     except Exception as error:  # the coordinator's own message says which process or port failed
         raise ConfigError("distributed.coordinator_address", config.coordinator_address,
                           f"an address where all {config.num_processes} processes meet", str(error).splitlines()[0]) from None

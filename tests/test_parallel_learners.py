@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -101,3 +102,49 @@ def test_two_processes_split_independent_seeds(tmp_path):
     returns = [seed["final_eval_return"] for seed in summary["seeds"]]
     assert len(returns) == 2 and returns[0] != returns[1]
     assert not (run_dirs[1] / "summary.json").exists()
+
+
+LOOPBACK = {"tcp": ("0100007F",), "tcp6": ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")}
+
+
+def _listening(pid: int) -> list[tuple[str, str, int]]:
+    """(table, local address in hex, port) of every listening TCP socket the process holds."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = []
+    for table in LOOPBACK:
+        for line in open(f"/proc/net/{table}").read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address, port = fields[1].split(":")
+                found.append((table, address, int(port, 16)))
+    return found
+
+
+def test_a_cluster_on_loopback_listens_on_loopback_only(tmp_path):
+    """The coordination service (unauthenticated gRPC) and gloo's pairs: no socket on another interface."""
+    port = _free_port()
+    cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{port}", "LIGHTSPEED_NUM_PROCESSES": "2"}
+    command = ("algo=dqn", "num_seeds=2", "total_env_steps=1000000", "compilation_cache=null", "progress=false")
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *command, f"hydra.run.dir={tmp_path / str(i)}"],
+                                  cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    try:
+        deadline, sockets = time.time() + 120, []
+        while time.time() < deadline and all(p.poll() is None for p in processes):
+            sockets = [s for p in processes for s in _listening(p.pid)]
+            if any(s[2] == port for s in sockets) and len(sockets) >= 3:  # the coordinator and both gloo listeners
+                break
+            time.sleep(0.2)
+        assert any(s[2] == port for s in sockets), sockets
+        assert all(address in LOOPBACK[table] for table, address, _ in sockets), sockets
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()
