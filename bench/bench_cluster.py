@@ -1,0 +1,143 @@
+"""Ape-X across processes: a two-process jax.distributed cluster on this machine next to one process
+with two forced devices on the same cores, in one run.
+
+    python bench/bench_cluster.py [--env-steps 40960] [--skip-pinned]
+
+Rows (Ape-X defaults, CartPole, one seed, `--env-steps` env steps, no compilation cache):
+1. one process, two forced CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=2);
+2. two processes on 127.0.0.1 joined through the README's LIGHTSPEED_* variables, unpinned;
+3. the same, each process pinned to its own core (`taskset -c 0` / `-c 1`).
+Each prints env steps/s and learner batches/s (summary.json and metrics.jsonl of process 0, measured
+after compilation), and the time of one all-reduce between the two learners: a scan of 100
+`lax.pmean`s of one gradient-sized vector (Ape-X's 64x64 dueling net: 9,000 floats), run in the same
+layout by `--collective-worker`.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from shared import REPO_ROOT, print_machine, print_table
+
+GRADIENT_FLOATS = 9_000  # Ape-X's default network: 4 -> 64 -> 64 -> (1 + 2), dueling, LayerNorm
+PMEANS = 100
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def collective_seconds() -> float:
+    """(worker) Seconds per pmean of a gradient-sized vector over every device of the job."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from framework.config import DistributedConfig
+    from framework.parallel import DEVICE_AXIS, initialize_distributed
+
+    processes = int(os.environ.get("LIGHTSPEED_NUM_PROCESSES", "1"))
+    if processes > 1:
+        initialize_distributed(DistributedConfig(coordinator_address=os.environ["LIGHTSPEED_COORDINATOR"],
+                                                 num_processes=processes,
+                                                 process_id=int(os.environ["LIGHTSPEED_PROCESS_ID"])))
+    mesh = Mesh(np.array(jax.devices()), (DEVICE_AXIS,))
+
+    def many_pmeans(x):
+        return jax.lax.fori_loop(0, PMEANS, lambda i, v: jax.lax.pmean(v * 0.5 + 1.0, DEVICE_AXIS), x)
+
+    program = jax.jit(jax.shard_map(many_pmeans, mesh=mesh, in_specs=PartitionSpec(DEVICE_AXIS),
+                                    out_specs=PartitionSpec(DEVICE_AXIS), check_vma=False))
+    devices = len(jax.devices())
+    x = jax.make_array_from_callback((devices, GRADIENT_FLOATS), jax.sharding.NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)),
+                                     lambda index: np.ones((1, GRADIENT_FLOATS), np.float32))
+    jax.block_until_ready(program(x))  # compile
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(program(x))
+        best = min(best, (time.perf_counter() - start) / PMEANS)
+    return best
+
+
+def launch(args: list[str], env: dict, pin: str | None = None) -> subprocess.Popen:
+    prefix = ["taskset", "-c", pin] if pin is not None else []
+    return subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO_ROOT, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(processes: list[subprocess.Popen]) -> list[str]:
+    outputs = [p.communicate(timeout=1800) for p in processes]
+    for process, (_, err) in zip(processes, outputs):
+        if process.returncode != 0:
+            raise RuntimeError(err[-3000:])
+    return [out for out, _ in outputs]
+
+
+def layouts(pinned: bool) -> dict[str, list[tuple[dict, str | None]]]:
+    """Row name -> (environment, cores) per process."""
+    rows = {"one process, two forced devices": [({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, None)]}
+    cluster = lambda: {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
+    unpinned = cluster()
+    rows["two processes, unpinned"] = [({**unpinned, "LIGHTSPEED_PROCESS_ID": str(i)}, None) for i in range(2)]
+    if pinned:
+        pinned_cluster = cluster()
+        rows["two processes, one core each"] = [({**pinned_cluster, "LIGHTSPEED_PROCESS_ID": str(i)}, str(i)) for i in range(2)]
+    return rows
+
+
+def measure_row(processes: list[tuple[dict, str | None]], env_steps: int) -> dict:
+    run_dirs = [Path(tempfile.mkdtemp(prefix="bench_cluster_")) for _ in processes]
+    run = ["run.py", "algo=apex", "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
+           f"log_every={env_steps // 2}", "progress=false", "compilation_cache=null"]
+    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, processes)])
+    summary = json.loads((run_dirs[0] / "summary.json").read_text())
+    last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
+    for directory in run_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+    workers = finish([launch([str(Path(__file__).resolve()), "--collective-worker"], env, pin)
+                      for env, pin in on_a_new_port(processes)])
+    return {"env_steps_per_second": summary["env_steps_per_second"],
+            "batches_per_second": last["perf/learner_updates_per_second"],
+            "collective_ms": 1e3 * float(workers[0].strip().splitlines()[-1]), "devices": summary["num_devices"]}
+
+
+def on_a_new_port(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, str | None]]:
+    """The collective workers of a cluster meet on a fresh port of their own (the run's has closed)."""
+    if "LIGHTSPEED_COORDINATOR" not in processes[0][0]:
+        return processes
+    address = f"127.0.0.1:{free_port()}"
+    return [({**env, "LIGHTSPEED_COORDINATOR": address}, pin) for env, pin in processes]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-steps", type=int, default=40_960)
+    parser.add_argument("--skip-pinned", action="store_true")
+    parser.add_argument("--collective-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.collective_worker:
+        print(collective_seconds())
+        return
+    print_machine("lightspeed Ape-X across processes")
+    results = {name: measure_row(processes, args.env_steps) for name, processes in layouts(not args.skip_pinned).items()}
+    reference = results["one process, two forced devices"]["env_steps_per_second"]
+    rows = [[name, f"{r['devices']}", f"{r['env_steps_per_second']:,.0f}", f"{r['env_steps_per_second'] / reference:.0%}",
+             f"{r['batches_per_second']:,.1f}", f"{r['collective_ms']:.3f}"] for name, r in results.items()]
+    print_table(f"Ape-X defaults on CartPole, {args.env_steps:,} env steps, two learners",
+                ["layout", "devices", "env steps/s", "of one process", "learner batches/s",
+                 f"one pmean of {GRADIENT_FLOATS:,} floats [ms]"], rows)
+
+
+if __name__ == "__main__":
+    main()
