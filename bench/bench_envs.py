@@ -48,16 +48,14 @@ def exploration(run_dir) -> str:
     return f"{len(firsts)}/{per_seed.shape[1]} seeds{median}"
 
 
-EVAL_EVERY = 5120  # a multiple of every update's env steps, so runs end on it: no more steps than the reference
-
-
 def classic_rows(seeds: int, seed: int) -> list[list[str]]:
     rows = []
     for env_id, reference, steps, published, band in CLASSIC:
         for algo in ALGOS:
+            # the defaults (conf/algo_env/<algo>_gymnax.yaml) end within the reference's env steps
             result = run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}", f"seed={seed}",
-                                  f"total_env_steps={steps // EVAL_EVERY * EVAL_EVERY}", f"eval_every={EVAL_EVERY}",
-                                  f"log_every={EVAL_EVERY}", keep_dir=True)
+                                  keep_dir=True)
+            assert result["summary"]["env_steps"] <= steps, "more env steps than the reference used"
             summary = result["summary"]
             finals = [s["final_eval_return"] for s in summary["seeds"]]
             rows.append([f"{env_id}, lightspeed {algo}", f"{summary['env_steps']:,}", final_iqm(finals), f"{min(finals):.1f}",
