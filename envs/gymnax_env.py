@@ -58,8 +58,24 @@ def overridden_params(env_id: str, params: Any, overrides: dict[str, Any]) -> An
     return params.replace(**replaced)
 
 
+CELL_PIXELS = 24
+# one colour per MinAtar channel (up to Seaquest's 10); where channels overlap the later one shows
+CHANNEL_COLOURS = np.array([[230, 75, 53], [77, 187, 213], [0, 160, 135], [60, 84, 136], [243, 155, 127],
+                            [132, 145, 180], [145, 209, 194], [220, 0, 0], [126, 97, 72], [176, 156, 133]], np.uint8)
+
+
+def draw_channels(observation: np.ndarray) -> np.ndarray:
+    """An [H, W, C] grid of 0/1 channels as coloured cells on black, CELL_PIXELS a cell."""
+    occupied = observation.astype(bool)
+    topmost = occupied.shape[-1] - 1 - np.argmax(occupied[..., ::-1], axis=-1)
+    frame = np.where(occupied.any(axis=-1)[..., None], CHANNEL_COLOURS[topmost % len(CHANNEL_COLOURS)], 0).astype(np.uint8)
+    return frame.repeat(CELL_PIXELS, axis=0).repeat(CELL_PIXELS, axis=1)
+
+
 class GymnaxEnv(Environment):
     """A gymnax env behind this project's contract; observations cast to booleans for MinAtar."""
+
+    render_fps = 10  # MinAtar's frames, slow enough to follow
 
     def __init__(self, gymnax_env: Any, env_id: str, params: Any, observation_space: Any, one_hot: bool):
         self._env, self._params = gymnax_env, params
@@ -89,6 +105,13 @@ class GymnaxEnv(Environment):
         if self._one_hot_size is not None:
             return jax.nn.one_hot(obs, self._one_hot_size, dtype=jnp.float32)
         return obs.astype(jnp.bool_) if self._boolean else obs
+
+    @property
+    def renders(self) -> bool:
+        return len(self._observation_shape) == 3  # image observations draw as their grid of channels
+
+    def render(self, state: Any, params: Any) -> np.ndarray:
+        return draw_channels(np.asarray(self._env.get_obs(state, params)))
 
     def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         obs, state = self._env.reset_env(key, params)

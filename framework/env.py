@@ -50,6 +50,11 @@ class Environment:
     def step_env(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
         raise NotImplementedError
 
+    @property
+    def renders(self) -> bool:
+        """True when this env implements `render` (or `render_episode`)."""
+        return type(self).render is not Environment.render or type(self).render_episode is not Environment.render_episode
+
     def render(self, state: Any, params: Any) -> np.ndarray:
         """One frame (uint8 [H, W, 3]) of a single, unbatched state; optional."""
         raise NotImplementedError(f"{self.name} cannot render")
@@ -75,7 +80,10 @@ class Environment:
 def can_render(env: Environment) -> bool:
     """Whether the env (or the one a wrapper holds) draws itself."""
     env = getattr(env, "env", env)
-    return type(env).render is not Environment.render or type(env).render_episode is not Environment.render_episode
+    return env.renders
+
+
+
 
 
 @struct.dataclass

@@ -61,7 +61,7 @@ def make_record_episode(env: Environment, env_params: Any, act: Callable) -> Cal
             return (obs, env_state, running & ~(terminated | truncated)), (env_state, jnp.where(running, reward, 0.0), running)
 
         _, (states, rewards, running) = jax.lax.scan(one_step, (obs, env_state, jnp.bool_(True)), keys[1:])
-        states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), env_state, states)
+        states = jax.tree.map(lambda first, rest: jnp.concatenate([jnp.asarray(first, rest.dtype)[None], rest]), env_state, states)
         return states, rewards, running.sum()
 
     return record

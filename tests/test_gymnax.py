@@ -146,3 +146,18 @@ def test_ape_x_on_minatar_checkpoints_resumes_and_its_policy_plays(tmp_path):
     policy = load_policy(tmp_path)
     obs, _ = policy.env.reset(jax.random.key(0), policy.env_params)
     assert 0 <= policy(np.asarray(obs)) < 3
+    # the image observations draw themselves: a GIF of the channels
+    from PIL import Image
+    from test_policy import evaluate_cli
+
+    assert evaluate_cli(tmp_path, "--episodes", 1, "--gif", tmp_path / "breakout.gif").returncode == 0
+    steps = json.loads((tmp_path / "evaluation.json").read_text())["gif"]["steps"]
+    assert Image.open(tmp_path / "breakout.gif").size == (240, 240) and steps > 0
+
+
+def test_vector_gymnax_envs_do_not_draw_and_say_so(tmp_path):
+    from test_policy import evaluate_cli, one_paragraph_error
+
+    assert run_cli("algo=dqn", "env=gymnax", "env.id=Acrobot-v1", "total_env_steps=256", "eval_every=256",
+                   "eval_episodes=1", "final_eval_episodes=1", run_dir=tmp_path).returncode == 0
+    assert "cannot draw itself" in one_paragraph_error(evaluate_cli(tmp_path, "--episodes", 1, "--gif", tmp_path / "a.gif"))
