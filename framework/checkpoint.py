@@ -93,16 +93,18 @@ STATE_KEYS = ("algo", "env", "seed", "num_seeds", "num_devices", "distributed.nu
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    return {key: value for name, child in tree.items() for key, value in _flatten(child, f"{prefix}{name}.").items()} \
-        if tree else {prefix: {}}
+    """Nested dicts -> {"a.b.c": leaf}; an empty dict is a leaf of its own."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix.rstrip("."): tree}
+    flat = {}
+    for name, child in tree.items():
+        flat.update(_flatten(child, f"{prefix}{name}."))
+    return flat
 
 
 def state_config(config: dict) -> dict[str, Any]:
     """The resolved config's state-shaping keys, dotted: {"algo.hidden_sizes": [64, 64], ...}."""
-    flat = {key.rstrip("."): value for key, value in _flatten(config).items()}
-    return {key: value for key, value in flat.items() if any(key == k or key.startswith(k + ".") for k in STATE_KEYS)}
+    return {key: value for key, value in _flatten(config).items() if any(key == k or key.startswith(k + ".") for k in STATE_KEYS)}
 
 
 def interpolated_keys(config: Any) -> set[str]:
@@ -111,7 +113,7 @@ def interpolated_keys(config: Any) -> set[str]:
     from omegaconf import OmegaConf
 
     raw = _flatten(OmegaConf.to_container(config, resolve=False))
-    return {key.rstrip(".") for key, value in raw.items()
+    return {key for key, value in raw.items()
             if isinstance(value, str) and re.fullmatch(r"\$\{[\w.]+\}", value)}
 
 

@@ -132,13 +132,12 @@ class SavedPolicies(NamedTuple):
 
 def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
     """All seeds' `which` policies of a run dir, checked against the config they were saved with."""
-    num_seeds = saved_seeds(run_dir, which)
-    metas = [read_policy(run_dir, seed, which)[1] for seed in range(num_seeds)]
-    env, env_params, algorithm = rebuild(metas[0])
+    saved = [read_policy(run_dir, seed, which) for seed in range(saved_seeds(run_dir, which))]
+    meta = saved[0][1]
+    env, env_params, algorithm = rebuild(meta)
     template = abstract_policy(algorithm)
-    policies = [restore_arrays(template, read_policy(run_dir, seed, which)[0], policy_path(run_dir, seed, which))
-                for seed in range(num_seeds)]
-    return SavedPolicies(jax.tree.map(lambda *leaves: np.stack(leaves), *policies), metas[0], env, env_params, algorithm)
+    policies = [restore_arrays(template, arrays, policy_path(run_dir, seed, which)) for seed, (arrays, _) in enumerate(saved)]
+    return SavedPolicies(jax.tree.map(lambda *leaves: np.stack(leaves), *policies), meta, env, env_params, algorithm)
 
 
 class LoadedPolicy:
