@@ -1,16 +1,22 @@
-"""Ape-X across processes: a two-process jax.distributed cluster on this machine next to one process
-with two forced devices on the same cores, in one run.
+"""Across processes: a two-process jax.distributed cluster on this machine next to one process with
+two forced devices on the same cores, in one run.
 
-    python bench/bench_cluster.py [--env-steps 40960] [--skip-pinned]
+    python bench/bench_cluster.py [--env-steps 81920] [--dqn-env-steps 204800] [--skip-pinned]
 
-Rows (Ape-X defaults, CartPole, one seed, `--env-steps` env steps, no compilation cache):
+Workloads (CartPole, no compilation cache):
+- Ape-X's defaults, one seed: 16 learner batches of 128 per iteration, each one gradient all-reduce
+  between the two learners;
+- Ape-X with 4 batches of 512 per iteration: the same samples per env step in a quarter of the
+  all-reduces (`algo.batch_size=512 algo.learner_updates_per_iteration=4`);
+- DQN, 10 independent seeds (5 per device): no collective in the update at all.
+Layouts:
 1. one process, two forced CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=2);
 2. two processes on 127.0.0.1 joined through the README's LIGHTSPEED_* variables, unpinned;
 3. the same, each process pinned to its own core (`taskset -c 0` / `-c 1`).
-Each prints env steps/s and learner batches/s (summary.json and metrics.jsonl of process 0, measured
-after compilation), and the time of one all-reduce between the two learners: a scan of 100
-`lax.pmean`s of one gradient-sized vector (Ape-X's 64x64 dueling net: 9,000 floats), run in the same
-layout by `--collective-worker`.
+Each row prints env steps/s (all seeds) and learner batches/s (Ape-X; summary.json and
+metrics.jsonl of process 0, measured after compilation). A last table gives each layout's time of
+one all-reduce alone: a scan of 100 `lax.pmean`s of one gradient-sized vector (Ape-X's 64x64
+dueling net: 9,000 floats), run by `--collective-worker`.
 """
 import argparse
 import json
@@ -96,20 +102,31 @@ def layouts(pinned: bool) -> dict[str, list[tuple[dict, str | None]]]:
     return rows
 
 
-def measure_row(processes: list[tuple[dict, str | None]], env_steps: int) -> dict:
+WORKLOADS = {
+    "Ape-X defaults": ("algo=apex",),
+    "Ape-X, 4 batches of 512": ("algo=apex", "algo.batch_size=512", "algo.learner_updates_per_iteration=4"),
+    "DQN, 10 seeds": ("algo=dqn", "num_seeds=10"),
+}
+
+
+def measure_run(processes: list[tuple[dict, str | None]], overrides: tuple[str, ...], env_steps: int) -> dict:
+    """One run.py command in the layout: env steps/s of all seeds and learner batches/s (if counted)."""
     run_dirs = [Path(tempfile.mkdtemp(prefix="bench_cluster_")) for _ in processes]
-    run = ["run.py", "algo=apex", "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
-           f"log_every={env_steps // 2}", "progress=false", "compilation_cache=null"]
-    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, processes)])
+    run = ["run.py", *overrides, "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
+           f"log_every={env_steps // 4}", "progress=false", "compilation_cache=null"]
+    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, on_a_new_port(processes))])
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
     for directory in run_dirs:
         shutil.rmtree(directory, ignore_errors=True)
+    return {"env_steps_per_second": summary["env_steps_per_second"], "devices": summary["num_devices"],
+            "batches_per_second": last.get("perf/learner_updates_per_second")}
+
+
+def measure_collective(processes: list[tuple[dict, str | None]]) -> float:
     workers = finish([launch([str(Path(__file__).resolve()), "--collective-worker"], env, pin)
                       for env, pin in on_a_new_port(processes)])
-    return {"env_steps_per_second": summary["env_steps_per_second"],
-            "batches_per_second": last["perf/learner_updates_per_second"],
-            "collective_ms": 1e3 * float(workers[0].strip().splitlines()[-1]), "devices": summary["num_devices"]}
+    return 1e3 * float(workers[0].strip().splitlines()[-1])
 
 
 def on_a_new_port(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, str | None]]:
@@ -122,21 +139,30 @@ def on_a_new_port(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env-steps", type=int, default=40_960)
+    parser.add_argument("--env-steps", type=int, default=81_920, help="Ape-X rows")
+    parser.add_argument("--dqn-env-steps", type=int, default=204_800, help="DQN rows, per seed")
     parser.add_argument("--skip-pinned", action="store_true")
     parser.add_argument("--collective-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.collective_worker:
         print(collective_seconds())
         return
-    print_machine("lightspeed Ape-X across processes")
-    results = {name: measure_row(processes, args.env_steps) for name, processes in layouts(not args.skip_pinned).items()}
-    reference = results["one process, two forced devices"]["env_steps_per_second"]
-    rows = [[name, f"{r['devices']}", f"{r['env_steps_per_second']:,.0f}", f"{r['env_steps_per_second'] / reference:.0%}",
-             f"{r['batches_per_second']:,.1f}", f"{r['collective_ms']:.3f}"] for name, r in results.items()]
-    print_table(f"Ape-X defaults on CartPole, {args.env_steps:,} env steps, two learners",
-                ["layout", "devices", "env steps/s", "of one process", "learner batches/s",
-                 f"one pmean of {GRADIENT_FLOATS:,} floats [ms]"], rows)
+    print_machine("lightspeed across processes")
+    rows = layouts(not args.skip_pinned)
+    table = []
+    for workload, overrides in WORKLOADS.items():
+        env_steps = args.dqn_env_steps if "algo=dqn" in overrides else args.env_steps
+        results = {name: measure_run(processes, overrides, env_steps) for name, processes in rows.items()}
+        reference = results["one process, two forced devices"]["env_steps_per_second"]
+        for name, r in results.items():
+            batches = r["batches_per_second"]
+            table.append([workload, name, f"{r['devices']}", f"{r['env_steps_per_second']:,.0f}",
+                          f"{r['env_steps_per_second'] / reference:.0%}", "-" if batches is None else f"{batches:,.1f}"])
+    print_table(f"CartPole, Ape-X {args.env_steps:,} env steps (one seed, two learners), DQN {args.dqn_env_steps:,} "
+                "per seed", ["workload", "layout", "devices", "env steps/s", "of one process", "learner batches/s"], table)
+    print_table(f"One all-reduce alone: a pmean of {GRADIENT_FLOATS:,} floats, in a scan of {PMEANS}",
+                ["layout", "ms per pmean"],
+                [[name, f"{measure_collective(processes):.3f}"] for name, processes in rows.items()])
 
 
 if __name__ == "__main__":

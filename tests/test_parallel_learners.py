@@ -91,17 +91,29 @@ def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
     assert not (run_dirs[1] / "metrics.jsonl").exists()
 
 
+SHORT_DQN = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=2048", "eval_every=2048", "log_every=2048",
+             "eval_episodes=2", "compilation_cache=null", "progress=false")
+
+
 def test_two_processes_split_independent_seeds(tmp_path):
-    # DQN's seeds go one to each process's device; both get the keys the run's seed gives them
+    # DQN's seeds go one to each process's device; both get the keys the run's seed gives them, so
+    # the cluster ends exactly where one process with two devices does (no collective in the update)
     run_dirs = [tmp_path / f"process{i}" for i in range(2)]
-    _run_cluster(run_dirs, command=("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=2048",
-                                    "eval_every=2048", "log_every=2048", "eval_episodes=2",
-                                    "compilation_cache=null", "progress=false"))
+    _run_cluster(run_dirs, command=SHORT_DQN)
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     assert summary["num_devices"] == 2 and summary["env_steps"] == 2048
     returns = [seed["final_eval_return"] for seed in summary["seeds"]]
     assert len(returns) == 2 and returns[0] != returns[1]
     assert not (run_dirs[1] / "summary.json").exists()
+
+    one_process = tmp_path / "one_process"
+    subprocess.run([sys.executable, str(ROOT / "run.py"), *SHORT_DQN, f"hydra.run.dir={one_process}"], cwd=ROOT,
+                   check=True, capture_output=True, timeout=600,
+                   env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    alone = json.loads((one_process / "summary.json").read_text())
+    assert alone["num_devices"] == 2
+    assert [seed["final_eval_return"] for seed in alone["seeds"]] == returns
+    assert [seed["best_eval_return"] for seed in alone["seeds"]] == [seed["best_eval_return"] for seed in summary["seeds"]]
 
 
 LOOPBACK = {"tcp": ("0100007F",), "tcp6": ("00000000000000000000000001000000", "0000000000000000FFFF00000100007F")}
