@@ -11,8 +11,10 @@ MountainCar's row also says how many seeds ever reached the flag in a periodic e
 
 MinAtar (gymnax's ports: no sticky actions, the minimal action set, episodes capped at 1000 steps;
 the paper used sticky actions 0.1 and all 6 actions): `--minatar-seeds` seeds for `--minatar-frames`
-frames (one frame = one env step), the final return next to the paper's DQN at 5M frames (read off
-its learning-curve figure), and the speed: frames/s, learner batches/s, minutes per million frames.
+frames (one frame = one env step, evaluated every tenth of the run), the final return next to the
+paper's DQN at 5M frames (read off its learning-curve figure), where the other algorithm's periodic
+evaluation stood at the same wall-clock (from launch), and the speed: frames/s, learner batches/s,
+minutes per million frames.
 """
 import argparse
 import json
@@ -76,18 +78,31 @@ def learner_batches_per_second(run_dir, algo: str) -> float:
     return last["train/gradient_steps"] * summary["num_devices"] / train_seconds
 
 
+def return_within(run_dir, seconds: float) -> str:
+    """A run's last periodic evaluation (mean over seeds) reached within `seconds` of its launch."""
+    reached = [r for r in evaluations(run_dir) if r["perf/wall_seconds"] <= seconds]
+    if not reached:
+        return "-"
+    return f"{reached[-1]['eval/return']:.1f} at {reached[-1]['env_steps']:,}"
+
+
 def minatar_rows(seeds: int, frames: int, seed: int) -> list[list[str]]:
     rows = []
     for env_id, published in MINATAR:
-        for algo in ALGOS:
-            result = run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}", f"seed={seed}",
-                                  f"total_env_steps={frames}", keep_dir=True)
+        results = {algo: run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}",
+                                      f"seed={seed}", f"total_env_steps={frames}", f"eval_every={frames // 10}",
+                                      f"log_every={frames // 10}", keep_dir=True) for algo in ALGOS}
+        for algo, result in results.items():
             summary = result["summary"]
             finals = [s["final_eval_return"] for s in summary["seeds"]]
             frames_per_second = summary["env_steps_per_second"]
+            # the other algorithm where it stood when this one's last periodic evaluation ended
+            (other,) = [r for a, r in results.items() if a != algo]
+            own_end = evaluations(result["run_dir"])[-1]["perf/wall_seconds"]
             rows.append([f"{env_id}, lightspeed {algo}", f"{summary['env_steps']:,} x {seeds}",
                          " ".join(f"{f:.1f}" for f in finals), f"~{published:g} (5M frames)",
-                         f"{frames_per_second:,.0f}", f"{learner_batches_per_second(result['run_dir'], algo):,.1f}",
+                         return_within(other["run_dir"], own_end), f"{frames_per_second:,.0f}",
+                         f"{learner_batches_per_second(result['run_dir'], algo):,.1f}",
                          f"{1e6 / frames_per_second / 60:.1f}", f"{result['process_seconds']:.0f}"])
     return rows
 
@@ -111,7 +126,8 @@ def main() -> None:
     if not args.skip_minatar:
         print_table(f"MinAtar (gymnax: no sticky actions, minimal action set): {args.minatar_seeds} seeds, "
                     f"{args.minatar_frames:,} frames each", ["run", "frames", "final return per seed", "paper DQN",
-                    "frames/s (all seeds)", "learner batches/s", "min per 1M frames", "wall [s]"],
+                    "the other algo at this one's wall-clock (eval at frames)", "frames/s (all seeds)",
+                    "learner batches/s", "min per 1M frames", "wall [s]"],
                     minatar_rows(args.minatar_seeds, args.minatar_frames, args.seed))
     print(f"\nbenchmark wall-clock {time.time() - start:.0f} s")
 
