@@ -44,7 +44,6 @@ def free_port() -> int:
 def collective_seconds() -> float:
     """(worker) Seconds per pmean of a gradient-sized vector over every device of the job."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, PartitionSpec
 
@@ -91,14 +90,12 @@ def finish(processes: list[subprocess.Popen]) -> list[str]:
 
 
 def layouts(pinned: bool) -> dict[str, list[tuple[dict, str | None]]]:
-    """Row name -> (environment, cores) per process."""
+    """Row name -> (environment, cores) per process; `with_fresh_coordinator` gives a cluster its address."""
     rows = {"one process, two forced devices": [({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, None)]}
-    cluster = lambda: {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
-    unpinned = cluster()
-    rows["two processes, unpinned"] = [({**unpinned, "LIGHTSPEED_PROCESS_ID": str(i)}, None) for i in range(2)]
+    process = lambda i: {"LIGHTSPEED_NUM_PROCESSES": "2", "LIGHTSPEED_PROCESS_ID": str(i)}
+    rows["two processes, unpinned"] = [(process(i), None) for i in range(2)]
     if pinned:
-        pinned_cluster = cluster()
-        rows["two processes, one core each"] = [({**pinned_cluster, "LIGHTSPEED_PROCESS_ID": str(i)}, str(i)) for i in range(2)]
+        rows["two processes, one core each"] = [(process(i), str(i)) for i in range(2)]
     return rows
 
 
@@ -114,7 +111,7 @@ def measure_run(processes: list[tuple[dict, str | None]], overrides: tuple[str, 
     run_dirs = [Path(tempfile.mkdtemp(prefix="bench_cluster_")) for _ in processes]
     run = ["run.py", *overrides, "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
            f"log_every={env_steps // 4}", "progress=false", "compilation_cache=null"]
-    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, on_a_new_port(processes))])
+    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, with_fresh_coordinator(processes))])
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
     for directory in run_dirs:
@@ -125,13 +122,13 @@ def measure_run(processes: list[tuple[dict, str | None]], overrides: tuple[str, 
 
 def measure_collective(processes: list[tuple[dict, str | None]]) -> float:
     workers = finish([launch([str(Path(__file__).resolve()), "--collective-worker"], env, pin)
-                      for env, pin in on_a_new_port(processes)])
+                      for env, pin in with_fresh_coordinator(processes)])
     return 1e3 * float(workers[0].strip().splitlines()[-1])
 
 
-def on_a_new_port(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, str | None]]:
-    """The collective workers of a cluster meet on a fresh port of their own (the run's has closed)."""
-    if "LIGHTSPEED_COORDINATOR" not in processes[0][0]:
+def with_fresh_coordinator(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, str | None]]:
+    """A cluster's processes with a coordinator address of their own: every launch meets on a new port."""
+    if "LIGHTSPEED_NUM_PROCESSES" not in processes[0][0]:
         return processes
     address = f"127.0.0.1:{free_port()}"
     return [({**env, "LIGHTSPEED_COORDINATOR": address}, pin) for env, pin in processes]

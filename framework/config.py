@@ -74,14 +74,16 @@ class DistributedConfig:
         check(self.process_id < self.num_processes, "distributed.process_id", self.process_id,
               f"0 .. distributed.num_processes - 1 ({self.num_processes - 1})")
         if self.num_processes > 1:
-            address = self.coordinator_address or ""
-            host, _, port = address.rpartition(":")
-            check(bool(host) and port.isdigit(), "distributed.coordinator_address", self.coordinator_address,
+            check(is_host_port(self.coordinator_address), "distributed.coordinator_address", self.coordinator_address,
                   "host:port of process 0 (or the LIGHTSPEED_COORDINATOR environment variable)")
         if self.bind_address is not None:
-            host, _, port = self.bind_address.rpartition(":")
-            check(bool(host) and port.isdigit(), "distributed.bind_address", self.bind_address,
+            check(is_host_port(self.bind_address), "distributed.bind_address", self.bind_address,
                   "null (listen on the coordinator address) or host:port, e.g. 0.0.0.0:7777 for every interface")
+
+
+def is_host_port(address: Optional[str]) -> bool:
+    host, _, port = (address or "").rpartition(":")
+    return bool(host) and port.isdigit()
 
 
 @dataclasses.dataclass

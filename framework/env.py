@@ -77,13 +77,11 @@ class Environment:
         info = {**info, "final_observation": obs}
         return jnp.where(done, reset_obs, obs), next_state, reward, terminated, truncated, info
 
+
 def can_render(env: Environment) -> bool:
     """Whether the env (or the one a wrapper holds) draws itself."""
     env = getattr(env, "env", env)
     return env.renders
-
-
-
 
 
 @struct.dataclass
