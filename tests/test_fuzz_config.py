@@ -46,7 +46,7 @@ def check_like_run_py(overrides: list[str]) -> None:
     build(validated(check_composes(overrides)))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bad_overrides())
 def test_every_bad_override_is_named_or_accepted(overrides):
     try:

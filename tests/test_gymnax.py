@@ -13,7 +13,8 @@ from algorithms.common.networks import QNetwork, make_q_network
 from conftest import compose_config, run_cli
 from envs import make
 from framework import registry
-from framework.config import validated
+from framework.cli import ComposeError, check_composes, check_group_choices, with_open_keys_added
+from framework.config import register_schemas, validated
 from framework.errors import ConfigError
 from framework.trainer import build
 
@@ -102,18 +103,33 @@ def test_gridworld_gives_each_algorithm_the_encoding_it_consumes(algo, encoding)
     assert env.observation_encoding == encoding
 
 
+def one_paragraph_error(*overrides: str) -> str:
+    """What run.py prints for bad overrides, in-process: its preflight checks, then validation and build."""
+    register_schemas()
+    argv = with_open_keys_added(["algo=dqn", "env=gymnax", *overrides])
+    with pytest.raises((ConfigError, ComposeError)) as error:
+        check_group_choices(argv)
+        check_composes(argv)
+        build(validated(compose_config(*argv)))
+    return str(error.value)
+
+
 @pytest.mark.parametrize("overrides, named", [
-    (("env.id=Pendulum-v1",), "env.id='Pendulum-v1' (its action space is continuous)"),
     (("env.id=Breakout",), "env.id='Breakout' (not a gymnax environment)"),
     (("env.params.no_such_param=3",), "env.params.no_such_param=3 (unknown param)"),
     (("env.params.max_steps_in_episode=1.5",), "env.params.max_steps_in_episode=1.5"),
     (("env.id=Acrobot-v1", "algo.torso=conv"), "algo.torso='conv'"),
 ])
 def test_bad_gymnax_input_is_one_paragraph(overrides, named):
-    result = run_cli("algo=dqn", "env=gymnax", *overrides, timeout=120)
+    message = one_paragraph_error(*overrides)
+    assert named in message and message.strip().count("\n") == 0 and "Allowed:" in message
+
+
+def test_bad_gymnax_input_exits_with_one_paragraph_before_compiling():
+    result = run_cli("algo=dqn", "env=gymnax", "env.id=Pendulum-v1", timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert named in result.stderr and result.stderr.strip().count("\n") == 0
-    assert "Allowed:" in result.stderr
+    assert "env.id='Pendulum-v1' (its action space is continuous)" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Allowed:" in result.stderr
 
 
 def test_a_mismatched_encoding_is_a_clear_error():

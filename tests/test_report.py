@@ -63,7 +63,7 @@ def test_iqm_interval_matches_a_percentile_bootstrap_over_seeds():
     estimate, low, high = report.iqm_interval(values, resamples=20000)
     assert estimate == pytest.approx(trim_mean(values, 0.25))
     assert (low, high) == pytest.approx((expected_low, expected_high), abs=0.6)  # bootstrap noise of the two
-    assert report.iqm_interval(values, resamples=20000) == (estimate, low, high)  # fixed random state
+    assert report.iqm_interval(values, resamples=2000) == report.iqm_interval(values, resamples=2000)  # fixed random state
     assert report.iqm_interval(np.array([2.0, 2.0, 2.0]))[1:] == pytest.approx((2.0, 2.0))
 
 
