@@ -5,7 +5,6 @@
 The shard_map's device axis splits the seeds, or (learner-parallel algorithms) holds one learner
 per device; see framework/parallel.py.
 """
-import functools
 import gc
 import json
 import signal
@@ -74,7 +73,7 @@ class SeededPrograms(NamedTuple):
     init: Callable  # seed (uint32) -> state
     run_chunk: Callable  # state -> (state, metrics of the chunk's last update)
     evaluate: Callable  # (policies, seed, evaluation number (int32)) -> returns [(device,) S, eval_episodes]
-    final_evaluate: Callable  # the same, over final_eval_episodes (built when first called)
+    final_evaluate: Callable  # the same, over final_eval_episodes
 
 
 def evaluation_on_mesh(evaluate_one_seed: Callable, mesh: Mesh, learners: bool) -> Callable:
@@ -195,23 +194,14 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
                                                      else ({}, {}, {}))
     # XLA compiles outside the GIL: run_chunk, the longest build, starts first, and the others
     # are traced (Python) and built while it compiles
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(4) as pool:
         submit = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
         chunk_build = submit(programs.run_chunk.lower(abstract_state), chunk_options)
         init_build = submit(init_from_seed.lower(SEED), init_options)
         evaluate_build = submit(evaluate_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
-        init, run_chunk, evaluate = init_build.result(), chunk_build.result(), evaluate_build.result()
-    # the final evaluation runs once, after training: building it beside run_chunk made run_chunk's
-    # build, the start of training, ~1 s later on two cores
-    final_evaluate = evaluate if final_from_seed is None else built_on_first_call(
-        lambda: final_from_seed.lower(abstract_policies, SEED, EVAL_INDEX).compile(compiler_options=evaluate_options))
-    return SeededPrograms(init, run_chunk, evaluate, final_evaluate)
-
-
-def built_on_first_call(build: Callable[[], Callable]) -> Callable:
-    """A program that `build` traces and compiles when it is first called."""
-    program = functools.cache(build)
-    return lambda *args: program()(*args)
+        final_build = (submit(final_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
+                       if final_from_seed is not None else evaluate_build)
+        return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result(), final_build.result())
 
 
 def summarize(seeds: list[dict], progress: dict, compile_seconds: float, wall_seconds: float, train_cfg: TrainConfig,
