@@ -2,9 +2,10 @@
 
     python bench/bench_compile.py [--seeds 10] [--rounds 6] [--launches 2]
 
-1. For DQN and Ape-X (their defaults, CartPole, 10 seeds in one program, 20 updates per chunk):
-   seconds of `framework.trainer.compile_programs` (trace, lower and build `init`, `run_chunk` and
-   `evaluate`, the three builds side by side in threads, as a run does) in a fresh process, with
+1. For DQN and Ape-X (what `run.py algo=<dqn|apex> env=cartpole num_seeds=10` builds: the conf/
+   defaults and the run's updates per chunk): seconds of `framework.trainer.compile_programs`
+   (trace, lower and build `init`, `run_chunk` and the periodic and final `evaluate`, side by side
+   in threads, as a run does) in a fresh process, with
    XLA's default options for every program and with the trainer's `CPU_COMPILER_OPTIONS`
    (`xla_backend_optimization_level` 0 for `init`, which runs once, and 1 for the others; XLA's
    older emitters for `init` and `evaluate`).
@@ -21,38 +22,42 @@ import numpy as np
 
 from shared import REPO_ROOT, format_rate, print_machine, print_table
 
-UPDATES_PER_CHUNK = 20
-
-
-def build_algorithm(name: str):
-    """The algorithm's defaults on CartPole, and its evaluation of 16 episodes per seed."""
+def run_setup(name: str, num_seeds: int):
+    """What `python run.py algo=NAME env=cartpole num_seeds=N` builds: the algorithm with its conf/
+    defaults, its periodic and final evaluations, and its updates per chunk."""
     sys.path.insert(0, str(REPO_ROOT))
-    from algorithms.apex import ApexConfig, make_apex
-    from algorithms.dqn import DQNConfig, make_dqn
-    from envs import make
+    from framework.cli import check_composes
+    from framework.config import chunk_updates, register_schemas, validated
     from framework.evaluation import make_evaluate
+    from framework.registry import load_plugins
+    from framework.trainer import build
 
-    env, env_params = make("cartpole")
-    algorithm = (make_apex(ApexConfig(), env, env_params) if name == "apex" else make_dqn(DQNConfig(), env, env_params))
-    return algorithm, make_evaluate(env, env_params, algorithm.act, 16)
+    load_plugins()
+    register_schemas()
+    train = validated(check_composes([f"algo={name}", "env=cartpole", f"num_seeds={num_seeds}"]))
+    env, env_params, algorithm = build(train)
+    updates_per_chunk, _ = chunk_updates(train, algorithm.env_steps_per_update)
+    evaluations = [make_evaluate(env, env_params, algorithm.act, episodes)
+                   for episodes in (train.eval_episodes, train.final_eval_episodes)]
+    return algorithm, *evaluations, updates_per_chunk
 
 
 def run_chunk_at(name: str, num_seeds: int, levels: tuple[int, ...]):
-    """The algorithm, its initial state and its run_chunk program built at each backend level."""
+    """The algorithm, its updates per chunk, its initial state and its run_chunk built at each backend level."""
     import jax
 
     sys.path.insert(0, str(REPO_ROOT))
     from framework.parallel import make_mesh
     from framework.trainer import learner_parallel_programs, seed_parallel_programs
 
-    algorithm, evaluate_one_seed = build_algorithm(name)
+    algorithm, evaluate_one_seed, _, updates_per_chunk = run_setup(name, num_seeds)
     make_programs = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
     programs = make_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
-                             UPDATES_PER_CHUNK)
+                             updates_per_chunk)
     keys = jax.random.split(jax.random.key(0), num_seeds)
     lowered = programs.run_chunk.lower(jax.eval_shape(programs.init, keys))
     chunks = {level: lowered.compile(compiler_options={"xla_backend_optimization_level": level}) for level in levels}
-    return algorithm, programs.init(keys), chunks
+    return algorithm, updates_per_chunk, programs.init(keys), chunks
 
 
 OPTION_SETS = {"XLA default (level 2) for all": ({}, {}, {}),
@@ -73,10 +78,10 @@ def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
 
     if OPTION_SETS[option_set] is not None:
         trainer.CPU_COMPILER_OPTIONS = OPTION_SETS[option_set]
-    algorithm, evaluate_one_seed = build_algorithm(name)
+    algorithm, evaluate_one_seed, final_evaluate_one_seed, updates_per_chunk = run_setup(name, num_seeds)
     start = time.perf_counter()
     trainer.compile_programs(algorithm, evaluate_one_seed, make_mesh(num_seeds, algorithm.parallel_learners, 1),
-                             UPDATES_PER_CHUNK, num_seeds)
+                             updates_per_chunk, num_seeds, final_evaluate_one_seed=final_evaluate_one_seed)
     print(time.perf_counter() - start)
 
 
@@ -85,7 +90,7 @@ def speed_rows(name: str, num_seeds: int, rounds: int) -> list[list[str]]:
     import jax
 
     timed_levels = (1, 2)
-    algorithm, initial, chunks = run_chunk_at(name, num_seeds, timed_levels)
+    algorithm, updates_per_chunk, initial, chunks = run_chunk_at(name, num_seeds, timed_levels)
     states = {level: jax.tree.map(lambda x: x.copy(), initial) for level in timed_levels}
     times = {level: [] for level in timed_levels}
     for round_index in range(rounds + 2):  # interleaved, so both levels see the same machine load
@@ -96,8 +101,8 @@ def speed_rows(name: str, num_seeds: int, rounds: int) -> list[list[str]]:
             if round_index >= 2:
                 times[level].append(time.perf_counter() - start)
     assert np.isfinite(loss), "the learners must have trained"
-    env_steps = UPDATES_PER_CHUNK * algorithm.env_steps_per_update * num_seeds
-    return [[f"{name}, level {level}", format_rate(env_steps / float(np.median(times[level]))),
+    env_steps = updates_per_chunk * algorithm.env_steps_per_update * num_seeds
+    return [[f"{name} ({updates_per_chunk} updates per chunk), level {level}", format_rate(env_steps / float(np.median(times[level]))),
              f"{float(np.median(times[level])) * 1e3:.0f}"] for level in timed_levels]
 
 
@@ -117,11 +122,11 @@ def main() -> None:
     for _ in range(args.launches):
         for name, option_set in seconds:
             seconds[name, option_set].append(compile_launch(name, option_set, args.seeds))
-    print_table(f"1. Seconds to build a run's three programs ({args.seeds} seeds; fresh process per launch)",
+    print_table(f"1. Seconds to build a run's four programs ({args.seeds} seeds; fresh process per launch)",
                 ["algorithm, options", "launches [s]", "best [s]"],
                 [[f"{name}, {option_set}", ", ".join(f"{t:.2f}" for t in times), f"{min(times):.2f}"]
                  for (name, option_set), times in seconds.items()])
-    print_table(f"2. run_chunk speed ({UPDATES_PER_CHUNK} updates of {args.seeds} seeds per call, median of "
+    print_table(f"2. run_chunk speed (a run's chunk of {args.seeds} seeds per call, median of "
                 f"{args.rounds} interleaved rounds)", ["algorithm, level", "env steps/s", "ms per call"],
                 [row for name in names for row in speed_rows(name, args.seeds, args.rounds)])
 

@@ -161,7 +161,8 @@ def format_line(record: dict, solved: Optional[str]) -> str:
 # (init, run_chunk, evaluate) on CPU: level 1 (0 for init, which runs once) builds faster than XLA's
 # default 2 and run_chunk runs as fast; XLA's older LLVM emitters build init and evaluate in half the
 # time (each fusion skips an MLIR pipeline), run_chunk keeps the newer, ~30% faster code. With XLA's
-# defaults the three took 5.9 s (DQN) / 7.5 s (Ape-X), with these 2.75 / 4.1 s (bench/bench_compile.py).
+# defaults a CartPole run's four programs took 12.7 s (DQN) / 16.8 s (Ape-X), with these 6.0 / 9.6 s
+# (bench/bench_compile.py, 10 seeds).
 _OLD_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
 CPU_COMPILER_OPTIONS = ({"xla_backend_optimization_level": 0, **_OLD_EMITTERS}, {"xla_backend_optimization_level": 1},
                         {"xla_backend_optimization_level": 1, **_OLD_EMITTERS})
