@@ -33,32 +33,36 @@ PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
 
 @dataclasses.dataclass
 class ApexConfig:
+    """Ape-X's keys; the defaults are conf/algo/apex.yaml's (what `algo=apex` runs)."""
+
     name: str = "apex"
     num_actors: int = 8
     envs_per_actor: int = 4
     rollout_length: int = 8  # steps of every env per iteration
-    actor_epsilon: float = 0.4
+    actor_epsilon: float = 0.5
     actor_alpha: float = 7.0
     actor_sync_period: int = 16  # learner updates between refreshes of the actors' parameters
-    n_step: int = 3
+    n_step: int = 5
     discount: float = 0.99
     buffer_size: int = 100_000
-    batch_size: int = 32
+    batch_size: int = 128
     learning_starts: int = 2_000  # transitions in replay before the learner starts
     learner_updates_per_iteration: int = 16
     learning_rate: float = 1e-2
-    lr_decay_env_steps: int = 0  # env steps (all learners') of a linear decay to lr_final_fraction * learning_rate
+    # env steps (all learners') of a linear decay to lr_final_fraction * learning_rate; 0: constant.
+    # apex.yaml ties it to total_env_steps (100k by default)
+    lr_decay_env_steps: int = 100_000
     lr_final_fraction: float = 0.0
     max_grad_norm: float = 40.0
     priority_alpha: float = 0.6
     beta_start: float = 0.4
     beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
-    target_update_period: int = 32
+    target_update_period: int = 64
     dueling: bool = True
     double_q: bool = True
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
-    layer_norm: bool = False
+    layer_norm: bool = True
     torso: Optional[str] = None  # mlp or conv; null: conv for [H, W, C] observations, else mlp
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer

@@ -49,7 +49,7 @@ def test_one_program_trains_and_syncs_the_actors():
     state, metrics = run(jax.random.key(0))
     assert int(state.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
     assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
-        f"actors/return_eps_{eps:.3g}" for eps in np.asarray(actor_epsilons(3, 0.4, 7.0))}
+        f"actors/return_eps_{eps:.3g}" for eps in np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))}
     for actor, learner in zip(jax.tree.leaves(state.actor_params), jax.tree.leaves(state.train_state.params)):
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4
     tree = state.replay_state.sum_tree_state
