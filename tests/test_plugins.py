@@ -140,3 +140,18 @@ def test_envs_make_applies_and_checks_overrides():
     assert env.grid_shape == (4, 5) and list(params.start) == [3, 4]
     with pytest.raises(ConfigError, match="env.colour"):
         envs.make("gridworld", colour="red")
+
+
+@pytest.mark.parametrize("algo", ["apex", "dqn", "tabular_q"])
+def test_an_algorithms_config_class_defaults_to_what_its_yaml_runs(algo):
+    """`make_apex(ApexConfig(), ...)` from Python builds the algorithm `algo=apex` runs (no env-specific layer)."""
+    import dataclasses
+
+    from conftest import compose_config
+    from framework.config import validated
+
+    ran = validated(compose_config(f"algo={algo}", "env=gridworld", "~algo_env")).algo
+    defaults = registry.lookup("algo", algo).config_class()
+    differing = [(f.name, getattr(ran, f.name), getattr(defaults, f.name)) for f in dataclasses.fields(ran)
+                 if getattr(ran, f.name) != getattr(defaults, f.name)]
+    assert not differing, differing  # (key, the yaml's value, the class's)
