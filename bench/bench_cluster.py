@@ -2,6 +2,7 @@
 two forced devices on the same cores, in one run.
 
     python bench/bench_cluster.py [--env-steps 81920] [--dqn-env-steps 204800] [--skip-pinned]
+                                  [--skip-realtime] [--workloads NAME ...]
 
 Workloads (CartPole, no compilation cache):
 - Ape-X's defaults, one seed: 16 learner batches of 128 per iteration, each one gradient all-reduce
@@ -12,7 +13,10 @@ Workloads (CartPole, no compilation cache):
 Layouts:
 1. one process, two forced CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=2);
 2. two processes on 127.0.0.1 joined through the README's LIGHTSPEED_* variables, unpinned;
-3. the same, each process pinned to its own core (`taskset -c 0` / `-c 1`).
+3. the same, each process pinned to its own core (`taskset -c 0` / `-c 1`);
+4. and 5. layouts 2 and 3 with every thread of each process under the real-time SCHED_FIFO
+   policy (`chrt -f 1`; root or CAP_SYS_NICE): a thread woken by a gloo message then runs at once
+   instead of at the next scheduler tick (4 ms on this kernel, CONFIG_HZ=250).
 Each row prints env steps/s (all seeds) and learner batches/s (Ape-X; summary.json and
 metrics.jsonl of process 0, measured after compilation). A last table gives each layout's time of
 one all-reduce alone: a scan of 100 `lax.pmean`s of one gradient-sized vector (Ape-X's 64x64
@@ -75,8 +79,11 @@ def collective_seconds() -> float:
     return best
 
 
-def launch(args: list[str], env: dict, pin: str | None = None) -> subprocess.Popen:
-    prefix = ["taskset", "-c", pin] if pin is not None else []
+REALTIME = ["chrt", "-f", "1"]  # SCHED_FIFO at the lowest real-time priority, inherited by every thread
+
+
+def launch(args: list[str], env: dict, prefix: list[str]) -> subprocess.Popen:
+    """`python ARGS` under `prefix` (taskset, chrt or nothing)."""
     return subprocess.Popen([*prefix, sys.executable, *args], cwd=REPO_ROOT, env={**os.environ, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -89,13 +96,22 @@ def finish(processes: list[subprocess.Popen]) -> list[str]:
     return [out for out, _ in outputs]
 
 
-def layouts(pinned: bool) -> dict[str, list[tuple[dict, str | None]]]:
-    """Row name -> (environment, cores) per process; `with_fresh_coordinator` gives a cluster its address."""
-    rows = {"one process, two forced devices": [({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, None)]}
+def realtime_allowed() -> bool:
+    return subprocess.run([*REALTIME, "true"], capture_output=True).returncode == 0
+
+
+def layouts(pinned: bool, realtime: bool) -> dict[str, list[tuple[dict, list[str]]]]:
+    """Row name -> (environment, command prefix) per process; `with_fresh_coordinator` gives a cluster its address."""
+    rows = {"one process, two forced devices": [({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, [])]}
     process = lambda i: {"LIGHTSPEED_NUM_PROCESSES": "2", "LIGHTSPEED_PROCESS_ID": str(i)}
-    rows["two processes, unpinned"] = [(process(i), None) for i in range(2)]
+    pin = lambda i: ["taskset", "-c", str(i)]
+    rows["two processes, unpinned"] = [(process(i), []) for i in range(2)]
     if pinned:
-        rows["two processes, one core each"] = [(process(i), str(i)) for i in range(2)]
+        rows["two processes, one core each"] = [(process(i), pin(i)) for i in range(2)]
+    if realtime:
+        rows["two processes, unpinned, SCHED_FIFO"] = [(process(i), REALTIME) for i in range(2)]
+        if pinned:
+            rows["two processes, one core each, SCHED_FIFO"] = [(process(i), pin(i) + REALTIME) for i in range(2)]
     return rows
 
 
@@ -106,12 +122,13 @@ WORKLOADS = {
 }
 
 
-def measure_run(processes: list[tuple[dict, str | None]], overrides: tuple[str, ...], env_steps: int) -> dict:
+def measure_run(processes: list[tuple[dict, list[str]]], overrides: tuple[str, ...], env_steps: int) -> dict:
     """One run.py command in the layout: env steps/s of all seeds and learner batches/s (if counted)."""
     run_dirs = [Path(tempfile.mkdtemp(prefix="bench_cluster_")) for _ in processes]
     run = ["run.py", *overrides, "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
            f"log_every={env_steps // 4}", "progress=false", "compilation_cache=null"]
-    finish([launch([*run, f"hydra.run.dir={d}"], env, pin) for d, (env, pin) in zip(run_dirs, with_fresh_coordinator(processes))])
+    finish([launch([*run, f"hydra.run.dir={d}"], env, prefix)
+            for d, (env, prefix) in zip(run_dirs, with_fresh_coordinator(processes))])
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
     for directory in run_dirs:
@@ -120,18 +137,18 @@ def measure_run(processes: list[tuple[dict, str | None]], overrides: tuple[str, 
             "batches_per_second": last.get("perf/learner_updates_per_second")}
 
 
-def measure_collective(processes: list[tuple[dict, str | None]]) -> float:
-    workers = finish([launch([str(Path(__file__).resolve()), "--collective-worker"], env, pin)
-                      for env, pin in with_fresh_coordinator(processes)])
+def measure_collective(processes: list[tuple[dict, list[str]]]) -> float:
+    workers = finish([launch([str(Path(__file__).resolve()), "--collective-worker"], env, prefix)
+                      for env, prefix in with_fresh_coordinator(processes)])
     return 1e3 * float(workers[0].strip().splitlines()[-1])
 
 
-def with_fresh_coordinator(processes: list[tuple[dict, str | None]]) -> list[tuple[dict, str | None]]:
+def with_fresh_coordinator(processes: list[tuple[dict, list[str]]]) -> list[tuple[dict, list[str]]]:
     """A cluster's processes with a coordinator address of their own: every launch meets on a new port."""
     if "LIGHTSPEED_NUM_PROCESSES" not in processes[0][0]:
         return processes
     address = f"127.0.0.1:{free_port()}"
-    return [({**env, "LIGHTSPEED_COORDINATOR": address}, pin) for env, pin in processes]
+    return [({**env, "LIGHTSPEED_COORDINATOR": address}, prefix) for env, prefix in processes]
 
 
 def main() -> None:
@@ -139,15 +156,21 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=81_920, help="Ape-X rows")
     parser.add_argument("--dqn-env-steps", type=int, default=204_800, help="DQN rows, per seed")
     parser.add_argument("--skip-pinned", action="store_true")
+    parser.add_argument("--skip-realtime", action="store_true", help="no SCHED_FIFO rows")
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--collective-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.collective_worker:
         print(collective_seconds())
         return
     print_machine("lightspeed across processes")
-    rows = layouts(not args.skip_pinned)
+    realtime = not args.skip_realtime and realtime_allowed()
+    if not args.skip_realtime and not realtime:
+        print("SCHED_FIFO rows skipped: `chrt -f 1` is not allowed here (needs root or CAP_SYS_NICE)")
+    rows = layouts(not args.skip_pinned, realtime)
     table = []
-    for workload, overrides in WORKLOADS.items():
+    for workload in args.workloads:
+        overrides = WORKLOADS[workload]
         env_steps = args.dqn_env_steps if "algo=dqn" in overrides else args.env_steps
         results = {name: measure_run(processes, overrides, env_steps) for name, processes in rows.items()}
         reference = results["one process, two forced devices"]["env_steps_per_second"]
