@@ -47,3 +47,15 @@ def compose_config(*overrides: str):
     register_schemas()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="test"):
         return compose("config", overrides=[*overrides, "progress=false"])
+
+
+def check_like_run_py(overrides: list[str]) -> None:
+    """What run.py does before compiling: the command-line checks, then the schema checks and the build."""
+    from framework.cli import check_composes, check_group_choices, with_open_keys_added
+    from framework.config import register_schemas, validated
+    from framework.trainer import build
+
+    register_schemas()
+    overrides = with_open_keys_added(overrides)
+    check_group_choices(overrides)
+    build(validated(check_composes(overrides)))

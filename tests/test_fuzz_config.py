@@ -8,12 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, compose_config
+from conftest import ROOT, check_like_run_py, compose_config
 from framework import registry
-from framework.cli import ComposeError, check_composes, check_group_choices
-from framework.config import TrainConfig, register_schemas, validated
+from framework.cli import ComposeError
+from framework.config import TrainConfig, register_schemas
 from framework.errors import ConfigError
-from framework.trainer import build
 
 register_schemas()
 TOP_LEVEL = [f.name for f in dataclasses.fields(TrainConfig)
@@ -38,12 +37,6 @@ def bad_overrides(draw) -> list[str]:
     keys = _keys("algo", algo) + _keys("env", env) + TOP_LEVEL + ["algo.no_such_key", "env.colour"]
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True))
     return [f"algo={algo}", f"env={env}", *(f"{key}={draw(BAD_VALUES)}" for key in chosen)]
-
-
-def check_like_run_py(overrides: list[str]) -> None:
-    """What run.py does before compiling: the command-line checks, then the schema checks and the build."""
-    check_group_choices(overrides)
-    build(validated(check_composes(overrides)))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

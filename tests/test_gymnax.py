@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from algorithms.common.networks import QNetwork, make_q_network
-from conftest import compose_config, run_cli
+from conftest import check_like_run_py, compose_config, run_cli
 from envs import make
 from framework import registry
-from framework.cli import ComposeError, check_composes, check_group_choices, with_open_keys_added
-from framework.config import register_schemas, validated
+from framework.cli import ComposeError
+from framework.config import validated
 from framework.errors import ConfigError
 from framework.trainer import build
 
@@ -104,13 +104,9 @@ def test_gridworld_gives_each_algorithm_the_encoding_it_consumes(algo, encoding)
 
 
 def one_paragraph_error(*overrides: str) -> str:
-    """What run.py prints for bad overrides, in-process: its preflight checks, then validation and build."""
-    register_schemas()
-    argv = with_open_keys_added(["algo=dqn", "env=gymnax", *overrides])
+    """What run.py prints for bad overrides, found in-process by the checks it runs before compiling."""
     with pytest.raises((ConfigError, ComposeError)) as error:
-        check_group_choices(argv)
-        check_composes(argv)
-        build(validated(compose_config(*argv)))
+        check_like_run_py(["algo=dqn", "env=gymnax", *overrides])
     return str(error.value)
 
 

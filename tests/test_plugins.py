@@ -1,11 +1,13 @@
 """Registry lookups, and a plugin package outside this repository running through run.py."""
+import dataclasses
 import json
 import textwrap
 
 import pytest
 
-from conftest import run_cli
+from conftest import compose_config, run_cli
 from framework import registry
+from framework.config import validated
 from framework.errors import ConfigError
 
 PLUGIN_MODULE = '''
@@ -145,11 +147,6 @@ def test_envs_make_applies_and_checks_overrides():
 @pytest.mark.parametrize("algo", ["apex", "dqn", "tabular_q"])
 def test_an_algorithms_config_class_defaults_to_what_its_yaml_runs(algo):
     """`make_apex(ApexConfig(), ...)` from Python builds the algorithm `algo=apex` runs (no env-specific layer)."""
-    import dataclasses
-
-    from conftest import compose_config
-    from framework.config import validated
-
     ran = validated(compose_config(f"algo={algo}", "env=gridworld", "~algo_env")).algo
     defaults = registry.lookup("algo", algo).config_class()
     differing = [(f.name, getattr(ran, f.name), getattr(defaults, f.name)) for f in dataclasses.fields(ran)
