@@ -9,9 +9,9 @@ above the published return, and the wall-clock of the whole process (10 seeds, c
 MountainCar's row also says how many seeds ever reached the flag in a periodic evaluation (return
 > -200) and how soon: whether Ape-X's epsilon ladder explores better than DQN's single epsilon.
 
-MinAtar (gymnax's ports: no sticky actions, the minimal action set, episodes capped at 1000 steps;
-the paper used sticky actions 0.1 and all 6 actions): `--minatar-seeds` seeds for `--minatar-frames`
-frames (one frame = one env step, evaluated every tenth of the run), the final return next to the
+MinAtar (`env=minatar`: gymnax's ports with the paper's sticky actions 0.1, the minimal action set,
+episodes capped at 1000 steps, Freeway's at 2500; the paper used all 6 actions): `--minatar-seeds`
+seeds for `--minatar-frames` frames (one frame = one env step, evaluated every tenth of the run), the final return next to the
 paper's DQN at 5M frames (read off its learning-curve figure), where the other algorithm's periodic
 evaluation stood at the same wall-clock (from launch), and the speed: frames/s, learner batches/s,
 minutes per million frames.
@@ -89,7 +89,7 @@ def return_within(run_dir, seconds: float) -> str:
 def minatar_rows(seeds: int, frames: int, seed: int) -> list[list[str]]:
     rows = []
     for env_id, published in MINATAR:
-        results = {algo: run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}",
+        results = {algo: run_to_solve(f"algo={algo}", "env=minatar", f"env.id={env_id}", f"num_seeds={seeds}",
                                       f"seed={seed}", f"total_env_steps={frames}", f"eval_every={frames // 10}",
                                       f"log_every={frames // 10}", keep_dir=True) for algo in ALGOS}
         for algo, result in results.items():
@@ -124,7 +124,7 @@ def main() -> None:
                     ["run", "env steps", "final IQM [95% CI]", "min", "seeds >= published", "published", "also published",
                      "wall, all seeds [s]", "reached the flag (eval > -200)"], classic_rows(args.seeds, args.seed))
     if not args.skip_minatar:
-        print_table(f"MinAtar (gymnax: no sticky actions, minimal action set): {args.minatar_seeds} seeds, "
+        print_table(f"MinAtar (env=minatar: sticky actions 0.1, minimal action set): {args.minatar_seeds} seeds, "
                     f"{args.minatar_frames:,} frames each", ["run", "frames", "final return per seed", "paper DQN",
                     "the other algo at this one's wall-clock (eval at frames)", "frames/s (all seeds)",
                     "learner batches/s", "min per 1M frames", "wall [s]"],

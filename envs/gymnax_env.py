@@ -5,17 +5,21 @@
 gymnax 1.0's `step_env` gives (obs, state, reward, terminated, info) and `is_truncated(state,
 params)` the time limit; both are kept apart as `terminated` and `truncated`, and the auto-reset
 step with `info["final_observation"]` is `framework.env.Environment.step`. `env.params.*`
-overrides fields of the env's own params. gymnax costs ~1 s to import: only when this env is built.
+overrides fields of the env's own params; `env.sticky_actions` adds MinAtar's sticky actions (each
+step repeats the previous action with that chance; env=minatar sets the paper's 0.1). gymnax costs
+~1 s to import: only when this env is built.
 """
 import dataclasses
+import fnmatch
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from framework.env import Environment, StepResult
-from framework.errors import ConfigError, check
+from framework.errors import ConfigError, check, check_number
 from framework.registry import register_env
 
 # gymnax ids whose action space is continuous (checked again on the built env)
@@ -28,14 +32,20 @@ BOOLEAN_OBSERVATIONS = "-MinAtar"
 class GymnaxConfig:
     name: str = "gymnax"
     id: str = "CartPole-v1"  # a gymnax id: gymnax.registered_envs, discrete actions only
+    # the ids this env option takes (a glob): env=minatar, with MinAtar's own run settings, "*-MinAtar"
+    id_pattern: str = "*"
     # Overrides of the env's own params (gymnax's EnvParams), e.g. {max_steps_in_episode: 200}.
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the chance that a step repeats the previous action instead of the chosen one (MinAtar's
+    # sticky_action_prob: 0.1 in its paper, which gymnax leaves out), in training and evaluation alike
+    sticky_actions: float = 0.0
 
     def validate(self) -> None:
         """Types only: the ids and params are gymnax's and are checked when it is imported."""
         check(isinstance(self.id, str) and self.id != "", "env.id", self.id, "a gymnax environment id, e.g. Acrobot-v1")
         check(isinstance(self.params, dict) and all(isinstance(k, str) for k in self.params), "env.params",
               self.params, "a mapping of the env's param names to values")
+        check_number("env.sticky_actions", self.sticky_actions, 0, 1, high_inclusive=False)
 
 
 def discrete_ids(registered: list[str]) -> list[str]:
@@ -72,13 +82,21 @@ def draw_channels(observation: np.ndarray) -> np.ndarray:
     return frame.repeat(CELL_PIXELS, axis=0).repeat(CELL_PIXELS, axis=1)
 
 
+@struct.dataclass
+class StickyState:
+    env_state: Any  # gymnax's own
+    last_action: jax.Array  # what a sticky step repeats (0, MinAtar's no-op, after a reset)
+
+
 class GymnaxEnv(Environment):
     """A gymnax env behind this project's contract; observations cast to booleans for MinAtar."""
 
     render_fps = 10  # MinAtar's frames, slow enough to follow
 
-    def __init__(self, gymnax_env: Any, env_id: str, params: Any, observation_space: Any, one_hot: bool):
+    def __init__(self, gymnax_env: Any, env_id: str, params: Any, observation_space: Any, one_hot: bool,
+                 sticky_actions: float = 0.0):
         self._env, self._params = gymnax_env, params
+        self._sticky_actions = sticky_actions
         self.name = env_id
         self._boolean = env_id.endswith(BOOLEAN_OBSERVATIONS)
         # a Discrete observation (FrozenLake's cell index) becomes a one-hot vector a network can take
@@ -111,15 +129,25 @@ class GymnaxEnv(Environment):
         return len(self._observation_shape) == 3  # image observations draw as their grid of channels
 
     def render(self, state: Any, params: Any) -> np.ndarray:
-        return draw_channels(np.asarray(self._env.get_obs(state, params)))
+        env_state = state.env_state if self._sticky_actions else state
+        return draw_channels(np.asarray(self._env.get_obs(env_state, params)))
 
     def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
         obs, state = self._env.reset_env(key, params)
+        if self._sticky_actions:
+            state = StickyState(state, jnp.zeros((), jnp.int32))
         return self._observe(obs), state
 
     def step_env(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
-        obs, state, reward, terminated, _ = self._env.step_env(key, state, action, params)
-        truncated = self._env.is_truncated(state, params)
+        if self._sticky_actions:
+            sticky_key, key = jax.random.split(key)
+            action = jnp.where(jax.random.uniform(sticky_key) < self._sticky_actions, state.last_action, action)
+            env_state = state.env_state
+        else:
+            env_state = state
+        obs, env_state, reward, terminated, _ = self._env.step_env(key, env_state, action, params)
+        truncated = self._env.is_truncated(env_state, params)
+        state = StickyState(env_state, jnp.asarray(action, jnp.int32)) if self._sticky_actions else env_state
         return (self._observe(obs), state, jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, jnp.bool_),
                 jnp.asarray(truncated, jnp.bool_), {})
 
@@ -129,13 +157,16 @@ def make_gymnax(config: GymnaxConfig) -> tuple[GymnaxEnv, Any]:
     import gymnax  # ~1 s, and only for this env
     from gymnax.environments import spaces
 
-    registered = list(gymnax.registered_envs)
+    registered = [env_id for env_id in gymnax.registered_envs if fnmatch.fnmatchcase(env_id, config.id_pattern)]
     allowed = f"a gymnax id with discrete actions: {', '.join(discrete_ids(registered))}"
-    check(config.id in registered, "env.id", config.id, allowed, "not a gymnax environment")
+    elsewhere = config.id in gymnax.registered_envs  # a gymnax id, but not one this env option takes
+    check(config.id in registered, "env.id", config.id, allowed,
+          f"this env option takes {config.id_pattern} ids only" if elsewhere else "not a gymnax environment")
     check(config.id not in CONTINUOUS_IDS, "env.id", config.id, allowed, "its action space is continuous")
     gymnax_env, params = gymnax.make(config.id)
     if not isinstance(gymnax_env.action_space(params), spaces.Discrete):
         raise ConfigError("env.id", config.id, allowed, "its action space is not discrete")
     params = overridden_params(config.id, params, config.params)
     space = gymnax_env.observation_space(params)
-    return GymnaxEnv(gymnax_env, config.id, params, space, isinstance(space, spaces.Discrete)), params
+    return GymnaxEnv(gymnax_env, config.id, params, space, isinstance(space, spaces.Discrete),
+                     config.sticky_actions), params

@@ -49,6 +49,35 @@ def test_the_adapter_steps_as_gymnax_does_on_the_same_keys(env_id):
         assert ended["truncated"] > 0 and ended["terminated"] == 0
 
 
+def test_sticky_actions_repeat_the_previous_action_as_minatar_does():
+    """MinAtar's rule, stepped by hand on gymnax: with probability p the previous action is taken instead."""
+    p = 0.3
+    ours, params = make("gymnax", id="Breakout-MinAtar", sticky_actions=p)
+    theirs, _ = gymnax.make("Breakout-MinAtar")
+    key = jax.random.key(5)
+    obs, state = ours.reset_env(key, params)
+    their_obs, their_state = theirs.reset_env(key, params)
+    step, their_step = jax.jit(ours.step_env), jax.jit(theirs.step_env)
+    last, repeats, changes = 0, 0, 0
+    for t in range(400):
+        step_key, action_key = jax.random.split(jax.random.fold_in(key, t))
+        chosen = int(jax.random.randint(action_key, (), 0, ours.num_actions))
+        sticky_key, env_key = jax.random.split(step_key)
+        taken = last if float(jax.random.uniform(sticky_key)) < p else chosen
+        obs, state, reward, terminated, _, _ = step(step_key, state, jnp.int32(chosen), params)
+        their_obs, their_state, their_reward, their_terminated, _ = their_step(env_key, their_state, taken, params)
+        np.testing.assert_array_equal(np.asarray(obs, np.float32), np.asarray(their_obs, np.float32))
+        assert (float(reward), bool(terminated)) == (float(their_reward), bool(their_terminated))
+        changes += chosen != last
+        repeats += chosen != last and taken == last
+        last = taken
+        if bool(terminated):  # both start again from the same reset, the previous action back to no-op
+            obs, state = ours.reset_env(step_key, params)
+            their_obs, their_state = theirs.reset_env(step_key, params)
+            last = 0
+    assert changes > 100 and abs(repeats / changes - p) < 0.12, (repeats, changes)
+
+
 def test_minatar_observations_stay_boolean_in_replay_and_a_million_transitions_fit_in_a_gigabyte():
     cfg = validated(compose_config("algo=dqn", "env=gymnax", "env.id=Breakout-MinAtar", "algo.buffer_size=1000000"))
     env, env_params, algorithm = build(cfg)
@@ -115,10 +144,30 @@ def one_paragraph_error(*overrides: str) -> str:
     (("env.params.no_such_param=3",), "env.params.no_such_param=3 (unknown param)"),
     (("env.params.max_steps_in_episode=1.5",), "env.params.max_steps_in_episode=1.5"),
     (("env.id=Acrobot-v1", "algo.torso=conv"), "algo.torso='conv'"),
+    (("env.id=Breakout-MinAtar", "env.sticky_actions=1.0"), "env.sticky_actions=1.0"),
 ])
 def test_bad_gymnax_input_is_one_paragraph(overrides, named):
     message = one_paragraph_error(*overrides)
     assert named in message and message.strip().count("\n") == 0 and "Allowed:" in message
+
+
+@pytest.mark.parametrize("algo", ["dqn", "apex"])
+def test_env_minatar_is_the_gymnax_tuning_over_minatar_sized_runs_with_sticky_actions(algo):
+    minatar = compose_config(f"algo={algo}", "env=minatar", "env.id=Freeway-MinAtar")
+    classic = compose_config(f"algo={algo}", "env=gymnax", "env.id=Freeway-MinAtar")
+    assert (minatar.total_env_steps, minatar.eval_every, minatar.env.sticky_actions) == (2_000_000, 100_000, 0.1)
+    assert (classic.total_env_steps, classic.env.sticky_actions) == (99_840, 0.0)
+    # the algorithm's settings are algo_env/<algo>_gymnax.yaml's; only the lr decay follows the longer run
+    assert {key for key in minatar.algo if minatar.algo[key] != classic.algo[key]} == {"lr_decay_env_steps"}
+
+
+def test_env_minatar_takes_minatar_ids_only_in_one_paragraph():
+    with pytest.raises(ConfigError) as error:
+        check_like_run_py(["algo=apex", "env=minatar", "env.id=Acrobot-v1"])
+    message = str(error.value)
+    assert "env.id='Acrobot-v1' (this env option takes *-MinAtar ids only)" in message
+    assert "Allowed: a gymnax id with discrete actions: Asterix-MinAtar, Breakout-MinAtar" in message
+    assert message.strip().count("\n") == 0
 
 
 def test_bad_gymnax_input_exits_with_one_paragraph_before_compiling():
@@ -145,10 +194,11 @@ def test_dqn_on_acrobot_end_to_end(tmp_path):
 
 
 def test_ape_x_on_minatar_checkpoints_resumes_and_its_policy_plays(tmp_path):
-    """The conv torso through the whole product: train, checkpoint, resume longer, evaluate the saved policy."""
+    """The conv torso and sticky actions through the whole product: train, checkpoint, resume longer,
+    evaluate the saved policy."""
     from framework.policy import load_policy
 
-    run = ("algo=apex", "env=gymnax", "env.id=Breakout-MinAtar", "env.params.max_steps_in_episode=200",
+    run = ("algo=apex", "env=minatar", "env.id=Breakout-MinAtar", "env.params.max_steps_in_episode=200",
            "algo.learning_starts=256", "algo.learner_updates_per_iteration=2", "algo.batch_size=32",
            "checkpoint.every=1024", "eval_every=1024", "eval_episodes=2", "final_eval_episodes=2")
     assert run_cli(*run, "total_env_steps=1024", run_dir=tmp_path).returncode == 0
