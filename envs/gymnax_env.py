@@ -139,15 +139,16 @@ class GymnaxEnv(Environment):
         return self._observe(obs), state
 
     def step_env(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
-        if self._sticky_actions:
-            sticky_key, key = jax.random.split(key)
-            action = jnp.where(jax.random.uniform(sticky_key) < self._sticky_actions, state.last_action, action)
-            env_state = state.env_state
-        else:
-            env_state = state
-        obs, env_state, reward, terminated, _ = self._env.step_env(key, env_state, action, params)
-        truncated = self._env.is_truncated(env_state, params)
-        state = StickyState(env_state, jnp.asarray(action, jnp.int32)) if self._sticky_actions else env_state
+        if not self._sticky_actions:
+            return self._step_gymnax(key, state, action, params)
+        sticky_key, key = jax.random.split(key)
+        action = jnp.where(jax.random.uniform(sticky_key) < self._sticky_actions, state.last_action, action)
+        obs, env_state, *rest = self._step_gymnax(key, state.env_state, action, params)
+        return (obs, StickyState(env_state, jnp.asarray(action, jnp.int32)), *rest)
+
+    def _step_gymnax(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> StepResult:
+        obs, state, reward, terminated, _ = self._env.step_env(key, state, action, params)
+        truncated = self._env.is_truncated(state, params)
         return (self._observe(obs), state, jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, jnp.bool_),
                 jnp.asarray(truncated, jnp.bool_), {})
 
