@@ -12,9 +12,9 @@ MountainCar's row also says how many seeds ever reached the flag in a periodic e
 MinAtar (`env=minatar`: gymnax's ports with the paper's sticky actions 0.1, the minimal action set,
 episodes capped at 1000 steps, Freeway's at 2500; the paper used all 6 actions): `--minatar-seeds`
 seeds for `--minatar-frames` frames (one frame = one env step, evaluated every tenth of the run),
-the final return next to the paper's DQN at 5M frames (read off its learning-curve figure), where the other algorithm's periodic
-evaluation stood at the same wall-clock (from launch), and the speed: frames/s, learner batches/s,
-minutes per million frames.
+the final return next to the paper's DQN at 5M frames (read off its learning-curve figure), where
+the other algorithm's periodic evaluation stood at the same wall-clock (from launch), and the
+speed: frames/s, learner batches/s, minutes per million frames.
 """
 import argparse
 import json
