@@ -1,13 +1,16 @@
 """gymnax environments against published numbers: the final 100-episode greedy return of every seed.
 
-    python bench/bench_envs.py [--seeds 10] [--seed 0] [--minatar-seeds 2] [--minatar-frames 2000000]
-                               [--skip-classic] [--skip-minatar]
+    python bench/bench_envs.py [--seeds 10] [--seed 0] [--sb3-seeds 1] [--minatar-seeds 2]
+                               [--minatar-frames 2000000] [--skip-classic] [--skip-minatar]
 
 Classic control: `run.py algo=<dqn|apex> env=gymnax env.id=<id> num_seeds=10` with the defaults, at no
 more env steps than the reference used; per row the final IQM [95% CI] (rliable), min, the seeds at or
 above the published return, and the wall-clock of the whole process (10 seeds, compilation included).
 MountainCar's row also says how many seeds ever reached the flag in a periodic evaluation (return
 > -200) and how soon: whether Ape-X's epsilon ladder explores better than DQN's single epsilon.
+The reference itself runs in the same table: `--sb3-seeds` seeds of stable-baselines3's DQN with
+rl-zoo's settings and n_timesteps for the env, one process each, no periodic evaluation (its fastest
+wall-clock), the final 100-episode greedy return (needs the bench extra: stable-baselines3, torch).
 
 MinAtar (`env=minatar`: gymnax's ports with the paper's sticky actions 0.1, the minimal action set,
 episodes capped at 1000 steps, Freeway's at 2500; the paper used all 6 actions): `--minatar-seeds`
@@ -21,7 +24,7 @@ import json
 import time
 
 import numpy as np
-from shared import final_iqm, print_machine, print_table, run_to_solve
+from shared import final_iqm, print_machine, print_table, run_sb3, run_to_solve
 
 # (gymnax id, reference, env steps it used, published final return, its +- band)
 CLASSIC = [
@@ -50,9 +53,16 @@ def exploration(run_dir) -> str:
     return f"{len(firsts)}/{per_seed.shape[1]} seeds{median}"
 
 
-def classic_rows(seeds: int, seed: int) -> list[list[str]]:
+def final_cells(finals: list[float], published: float) -> list[str]:
+    """final IQM [95% CI] (the value itself for one seed), min, seeds at or above the published return"""
+    spread = final_iqm(finals) if len(finals) > 1 else f"{finals[0]:.1f}"
+    return [spread, f"{min(finals):.1f}", f"{sum(f >= published for f in finals)}/{len(finals)}"]
+
+
+def classic_rows(seeds: int, seed: int, sb3_seeds: int) -> list[list[str]]:
     rows = []
     for env_id, reference, steps, published, band in CLASSIC:
+        references = [f"{published} +- {band} ({reference}, {steps // 1000}k)", CLEANRL[env_id]]
         for algo in ALGOS:
             # the defaults (conf/algo_env/<algo>_gymnax.yaml) end within the reference's env steps
             result = run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}", f"seed={seed}",
@@ -60,11 +70,15 @@ def classic_rows(seeds: int, seed: int) -> list[list[str]]:
             assert result["summary"]["env_steps"] <= steps, "more env steps than the reference used"
             summary = result["summary"]
             finals = [s["final_eval_return"] for s in summary["seeds"]]
-            rows.append([f"{env_id}, lightspeed {algo}", f"{summary['env_steps']:,}", final_iqm(finals), f"{min(finals):.1f}",
-                         f"{sum(f >= published for f in finals)}/{len(finals)}",
-                         f"{published} +- {band} ({reference}, {steps // 1000}k)", CLEANRL[env_id],
-                         f"{result['process_seconds']:.1f}",
+            rows.append([f"{env_id}, lightspeed {algo}", f"{summary['env_steps']:,}", *final_cells(finals, published),
+                         *references, f"{result['process_seconds']:.1f}",
                          exploration(result["run_dir"]) if env_id.startswith("MountainCar") else "-"])
+        if sb3_seeds:
+            sb3 = [run_sb3(env_id, s, eval_every=0) for s in range(sb3_seeds)]
+            walls = " ".join(f"{r['wall_seconds']:.1f}" for r in sb3)
+            rows.append([f"{env_id}, stable-baselines3 rl-zoo DQN", f"{sb3[0]['env_steps']:,}",
+                         *final_cells([r["final_eval_return"] for r in sb3], published), *references,
+                         f"{walls} (one process per seed)", "-"])
     return rows
 
 
@@ -111,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="seed base")
+    parser.add_argument("--sb3-seeds", type=int, default=1, help="stable-baselines3 seeds per classic env (0: none)")
     parser.add_argument("--minatar-seeds", type=int, default=2)
     parser.add_argument("--minatar-frames", type=int, default=2_000_000)
     parser.add_argument("--skip-classic", action="store_true")
@@ -122,7 +137,8 @@ def main() -> None:
     if not args.skip_classic:
         print_table(f"Classic control: final 100-episode greedy return of {args.seeds} seeds (seed={args.seed}), defaults",
                     ["run", "env steps", "final IQM [95% CI]", "min", "seeds >= published", "published", "also published",
-                     "wall, all seeds [s]", "reached the flag (eval > -200)"], classic_rows(args.seeds, args.seed))
+                     "wall, all seeds [s]", "reached the flag (eval > -200)"],
+                    classic_rows(args.seeds, args.seed, args.sb3_seeds))
     if not args.skip_minatar:
         print_table(f"MinAtar (env=minatar: sticky actions 0.1, minimal action set): {args.minatar_seeds} seeds, "
                     f"{args.minatar_frames:,} frames each", ["run", "frames", "final return per seed", "paper DQN",

@@ -129,11 +129,21 @@ PROTOCOL_HEADER = ["run", "sustained-solved", "env steps to solve (max)", "launc
                    "stability", "run length [env steps]", "full run [s]"]
 
 
-# rl-baselines3-zoo, hyperparams/dqn.yml, CartPole-v1
-SB3_ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
-               target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-               exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))
-SB3_STEPS = 50_000
+# rl-baselines3-zoo, hyperparams/dqn.yml (master, ce95481): each env's tuned DQN and its n_timesteps
+SB3_ZOO = {
+    "CartPole-v1": (50_000, dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+                                 gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                                 exploration_fraction=0.16, exploration_final_eps=0.04,
+                                 policy_kwargs=dict(net_arch=[256, 256]))),
+    "Acrobot-v1": (100_000, dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+                                 gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+                                 exploration_fraction=0.12, exploration_final_eps=0.1,
+                                 policy_kwargs=dict(net_arch=[256, 256]))),
+    "MountainCar-v0": (120_000, dict(learning_rate=4e-3, batch_size=128, buffer_size=10_000, learning_starts=1000,
+                                     gamma=0.98, target_update_interval=600, train_freq=16, gradient_steps=8,
+                                     exploration_fraction=0.2, exploration_final_eps=0.07,
+                                     policy_kwargs=dict(net_arch=[256, 256]))),
+}
 
 SB3_CHILD = r'''
 import time
@@ -145,45 +155,51 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 
-seed, steps, target, hyper = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+spec = json.loads(sys.argv[1])
+env_id, target, eval_every = spec["env_id"], spec["target"], spec["eval_every"]
 
 class Evaluations(BaseCallback):
-    """Greedy evaluation of 16 episodes every 5,000 steps, as lightspeed's periodic ones; trains on to the end."""
+    """Greedy evaluation of 16 episodes every `eval_every` steps, as lightspeed's periodic ones; trains on to the end."""
     def __init__(self):
         super().__init__()
-        self.eval_env = gym.make("CartPole-v1")
+        self.eval_env = gym.make(env_id)
         self.returns, self.first_solve = [], None
     def _on_step(self):
-        if self.num_timesteps % 5000 == 0:
+        if eval_every and self.num_timesteps % eval_every == 0:
             mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=16, deterministic=True)
             self.returns.append(float(mean))
-            if mean >= target and self.first_solve is None:
+            if target is not None and mean >= target and self.first_solve is None:
                 self.first_solve = (self.num_timesteps, time.time() - START)
         return True
 
-model = DQN("MlpPolicy", gym.make("CartPole-v1"), seed=seed, device="cpu", verbose=0, **hyper)
+model = DQN("MlpPolicy", gym.make(env_id), seed=spec["seed"], device="cpu", verbose=0, **spec["hyper"])
 evaluations = Evaluations()
-model.learn(total_timesteps=steps, callback=evaluations)
-final, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=100, deterministic=True)
+model.learn(total_timesteps=spec["steps"], callback=evaluations)
+train_seconds = time.time() - START
+final, _ = evaluate_policy(model, gym.make(env_id), n_eval_episodes=100, deterministic=True)
 print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluations.first_solve[0],
                   "first_solve_seconds": evaluations.first_solve and evaluations.first_solve[1],
                   "final_eval_return": float(final), "returns": evaluations.returns,
-                  "wall_seconds": time.time() - START}))
+                  "train_seconds": train_seconds, "wall_seconds": time.time() - START}))
 '''
 
 
-def run_sb3(seed: int, target: float) -> dict:
-    """stable-baselines3's DQN (rl-zoo settings) for its 50k steps in a fresh process; needs stable-baselines3."""
-    out = subprocess.run([sys.executable, "-c", SB3_CHILD, str(seed), str(SB3_STEPS), str(target), json.dumps(SB3_ZOO)],
-                         check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000) -> dict:
+    """stable-baselines3's DQN with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps, in a fresh process:
+    its periodic evaluations (none if `eval_every` is 0), its final 100-episode greedy return and wall-clock.
+    Needs stable-baselines3 (with torch)."""
+    steps, hyper = SB3_ZOO[env_id]
+    spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper)
+    out = subprocess.run([sys.executable, "-c", SB3_CHILD, json.dumps(spec)], check=True, capture_output=True,
+                         text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "env_steps": steps}
 
 
 def sb3_rows(num_seeds: int, target: float) -> tuple[list[list[str]], list[dict]]:
     """One row per SB3 seed under the same protocol: its first solve, its final 100-episode greedy return."""
     rows, results = [], []
     for seed in range(num_seeds):
-        result = run_sb3(seed, target)
+        result = run_sb3("CartPole-v1", seed, target)
         returns = np.array(result["returns"])
         hits = np.flatnonzero(returns >= target)
         stability = float(np.mean(returns[hits[0] + 1:] >= target)) if len(hits) and hits[0] + 1 < len(returns) else None
@@ -193,7 +209,7 @@ def sb3_rows(num_seeds: int, target: float) -> tuple[list[list[str]], list[dict]
                      format_value(result["first_solve_seconds"], ".1f", "never") + " (first solve)", "-", "-",
                      f"{result['final_eval_return']:.1f}", f"{result['final_eval_return']:.0f}",
                      f"{int(result['final_eval_return'] >= target)}/1", format_value(stability, ".2f", "-"),
-                     f"{SB3_STEPS:,}", f"{result['wall_seconds']:.1f}"])
+                     f"{result['env_steps']:,}", f"{result['wall_seconds']:.1f}"])
     return rows, results
 
 
