@@ -90,7 +90,7 @@ def launch(args: list[str], env: dict, prefix: list[str]) -> subprocess.Popen:
 
 def finish(processes: list[subprocess.Popen]) -> list[str]:
     outputs = [p.communicate(timeout=1800) for p in processes]
-    for process, (_, err) in zip(processes, outputs):
+    for process, (_, err) in zip(processes, outputs, strict=True):
         if process.returncode != 0:
             raise RuntimeError(err[-3000:])
     return [out for out, _ in outputs]
@@ -128,7 +128,7 @@ def measure_run(processes: list[tuple[dict, list[str]]], overrides: tuple[str, .
     run = ["run.py", *overrides, "env=cartpole", f"total_env_steps={env_steps}", f"eval_every={env_steps // 2}",
            f"log_every={env_steps // 4}", "progress=false", "compilation_cache=null"]
     finish([launch([*run, f"hydra.run.dir={d}"], env, prefix)
-            for d, (env, prefix) in zip(run_dirs, with_fresh_coordinator(processes))])
+            for d, (env, prefix) in zip(run_dirs, with_fresh_coordinator(processes), strict=True)])
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
     for directory in run_dirs:

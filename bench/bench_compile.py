@@ -19,8 +19,8 @@ import sys
 import time
 
 import numpy as np
-
 from shared import REPO_ROOT, format_rate, print_machine, print_table
+
 
 def run_setup(name: str, num_seeds: int):
     """What `python run.py algo=NAME env=cartpole num_seeds=N` builds: the algorithm with its conf/

@@ -23,7 +23,6 @@ import sys
 import time
 
 import numpy as np
-
 from shared import REPO_ROOT, print_machine, print_table
 
 CAPACITY, BATCH, ALPHA = 2**17, 512, 0.6
@@ -98,7 +97,7 @@ def main() -> None:
         states = run(states, jax.random.fold_in(key, report))
         done += iterations * BATCHES_PER_CALL * BATCH
         depth = states[0].sum_tree_state.tree_depth
-        for name, state in zip(("flashbax 0.1.3", "lightspeed"), states):
+        for name, state in zip(("flashbax 0.1.3", "lightspeed"), states, strict=True):
             error = compare(np.asarray(state.sum_tree_state.nodes), depth)
             rows.append([f"{done:,}", name, *(f"{error[k]:.2e}" for k in (
                 "worst_relative_error", "worst_relative_error_common", "total_variation", "root_error"))])

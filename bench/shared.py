@@ -35,7 +35,7 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
 
     def line(cells: Sequence[str]) -> str:
         first = str(cells[0]).ljust(widths[0])
-        rest = [str(cell).rjust(width) for cell, width in zip(cells[1:], widths[1:])]
+        rest = [str(cell).rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join([first, *rest])
 
     print(f"\n{title}")

@@ -166,7 +166,7 @@ def _json_from_first_process(value: Any) -> Any:
 
 
 def _first_shape_mismatch(restored: Any, template: Any) -> Optional[str]:
-    for (where, saved), expected in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(template)):
+    for (where, saved), expected in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(template), strict=True):
         if saved.shape != expected.shape:
             return (f"{jax.tree_util.keystr(where)} is {saved.shape} in the checkpoint, {expected.shape} in this run: "
                     "the devices (num_devices, XLA_FLAGS), seeds or algorithm config differ")

@@ -6,7 +6,6 @@ import jax.numpy as jnp
 
 from framework.env import Environment
 
-
 FINAL_EVALUATION = 2**31 - 1  # the final evaluation's number: its keys differ from every periodic one's
 
 

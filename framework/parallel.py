@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jax.experimental import multihost_utils
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
 from framework.config import DistributedConfig

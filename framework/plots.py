@@ -48,10 +48,10 @@ def plot_grid_values(values: np.ndarray, path: Path, walls: np.ndarray, path_cel
     figure.colorbar(image, ax=axes, label="max Q")
     for other in other_paths:
         if len(other) > 1:
-            rows, cols = zip(*other)
+            rows, cols = zip(*other, strict=True)
             axes.plot(cols, rows, color="white", linewidth=0.8, alpha=0.4)
     if len(path_cells) > 1:
-        rows, cols = zip(*path_cells)
+        rows, cols = zip(*path_cells, strict=True)
         axes.plot(cols, rows, color="white", linewidth=2, marker="o", markersize=3)
     axes.text(start[1], start[0], "S", ha="center", va="center", color="red", fontweight="bold")
     axes.text(goal[1], goal[0], "G", ha="center", va="center", color="red", fontweight="bold")

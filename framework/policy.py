@@ -113,7 +113,7 @@ def restore_arrays(template: Any, saved: Any, path: Path) -> Any:
         policy = serialization.from_state_dict(template, saved)
     except (ValueError, KeyError, TypeError) as error:
         raise not_fitting(str(error).splitlines()[0][:200]) from None
-    for (where, expected), actual in zip(jax.tree_util.tree_leaves_with_path(template), jax.tree.leaves(policy)):
+    for (where, expected), actual in zip(jax.tree_util.tree_leaves_with_path(template), jax.tree.leaves(policy), strict=True):
         if tuple(np.shape(actual)) != expected.shape:
             raise not_fitting(f"{jax.tree_util.keystr(where)} has shape {tuple(np.shape(actual))}, "
                               f"the config builds {expected.shape}")

@@ -34,7 +34,7 @@ class EvaluationHistory:
         """Add one evaluation; returns which seeds' best policy it is now (ties count: the later one)."""
         self.env_steps.append(env_steps)
         self.returns.append([float(r) for r in returns])
-        improved = np.array([best is None or value >= best for value, best in zip(self.returns[-1], self.best_eval_return)])
+        improved = np.array([best is None or value >= best for value, best in zip(self.returns[-1], self.best_eval_return, strict=True)])
         for seed in np.flatnonzero(improved):
             self.best_eval_return[seed], self.best_at_env_steps[seed] = self.returns[-1][seed], env_steps
         if self.target is not None and len(self.returns) >= self.window:
@@ -88,7 +88,7 @@ class BestPolicies:
 def seed_results(history: EvaluationHistory, final_returns: np.ndarray, best_policy_returns: np.ndarray) -> list[dict]:
     """summary.json's row per seed: the final evaluation of its final and best policies and its history's verdicts."""
     rows = []
-    for seed, (final, best) in enumerate(zip(final_returns, best_policy_returns)):
+    for seed, (final, best) in enumerate(zip(final_returns, best_policy_returns, strict=True)):
         later = history.after_first_hit(seed)
         rows.append({
             "seed_index": seed,

@@ -92,7 +92,7 @@ def load_runs(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
 def configuration_overrides(run: Run) -> list[str]:
     """The run's overrides that define what was run: without seed= (one seed of many) and hydra.* (bookkeeping)."""
     keys = [item.split("=", 1)[0].lstrip("+~") for item in run.overrides]
-    return sorted(item for item, key in zip(run.overrides, keys) if key != "seed" and not key.startswith(("hydra.", "hydra/")))
+    return sorted(item for item, key in zip(run.overrides, keys, strict=True) if key != "seed" and not key.startswith(("hydra.", "hydra/")))
 
 
 def configuration_key(run: Run) -> str:
@@ -186,7 +186,7 @@ def format_cells(name: str, row: dict) -> list[str]:
 def render_table(cells: Sequence[Sequence[str]], headers: Sequence[str] = HEADERS) -> str:
     """Plain-text table: the name column left-aligned, numbers right-aligned."""
     widths = [max(len(line[i]) for line in [headers, *cells]) for i in range(len(headers))]
-    align = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))
+    align = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
     return "\n".join([align(headers), "  ".join("-" * w for w in widths), *map(align, cells)])
 
 

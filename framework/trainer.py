@@ -21,14 +21,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework import registry
 from framework.algorithm import Algorithm
-from framework.config import TrainConfig, chunk_updates, validated
 from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
+from framework.config import TrainConfig, chunk_updates, validated
 from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
 from framework.evaluation import FINAL_EVALUATION, make_evaluate, run_keys
 from framework.loggers import Loggers, make_loggers
+from framework.parallel import (
+    DEVICE_AXIS,
+    check_num_devices,
+    initialize_distributed,
+    is_writer,
+    make_mesh,
+    to_devices,
+    to_host,
+)
 from framework.plots import plot_learning_curve
-from framework.parallel import (DEVICE_AXIS, check_num_devices, initialize_distributed, is_writer, make_mesh,
-                                 to_devices, to_host)
 from framework.policy import save_policies
 from framework.progress import ProgressBar, print_line
 from framework.protocol import SOLVE_RULE, BestPolicies, EvaluationHistory, seed_results

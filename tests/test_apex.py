@@ -50,7 +50,7 @@ def test_one_program_trains_and_syncs_the_actors():
     assert int(state.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
     assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
         f"actors/return_eps_{eps:.3g}" for eps in np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))}
-    for actor, learner in zip(jax.tree.leaves(state.actor_params), jax.tree.leaves(state.train_state.params)):
+    for actor, learner in zip(jax.tree.leaves(state.actor_params), jax.tree.leaves(state.train_state.params), strict=True):
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4
     tree = state.replay_state.sum_tree_state
     np.testing.assert_allclose(tree.nodes[0], tree.nodes[2**tree.tree_depth - 1:].sum(), rtol=1e-6)
@@ -60,7 +60,7 @@ def test_one_program_trains_and_syncs_the_actors():
     np.testing.assert_allclose([metrics["replay/priority_mean"], metrics["replay/priority_max"]],
                                [stored.mean(), stored.max()], rtol=1e-5)
     again, _ = run(jax.random.key(0))
-    for a, b in zip(jax.tree.leaves(state.train_state.params), jax.tree.leaves(again.train_state.params)):
+    for a, b in zip(jax.tree.leaves(state.train_state.params), jax.tree.leaves(again.train_state.params), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -1,6 +1,5 @@
 """Bad input through run.py: non-zero exit, one paragraph naming the key, never a traceback."""
 import pytest
-
 from conftest import run_cli
 
 GRID = ["algo=tabular_q", "env=gridworld"]

@@ -68,7 +68,7 @@ def test_step_matches_gymnasium(make_states):
     actions = np.repeat([0, 1], len(states) // 2)
     obs, next_state, reward, terminated, truncated, info = batched_step_env(
         jax.random.key(0), to_states(states), jnp.asarray(actions), PARAMS)
-    expected = [gymnasium_step(state, int(action)) for state, action in zip(states, actions)]
+    expected = [gymnasium_step(state, int(action)) for state, action in zip(states, actions, strict=True)]
     expected_states = np.array([e[0] for e in expected])
     ours = np.stack([next_state.x, next_state.x_dot, next_state.theta, next_state.theta_dot], axis=1)
     np.testing.assert_allclose(ours, expected_states, rtol=0, atol=1e-5)

@@ -41,7 +41,7 @@ BATCH_CASES = {
 @pytest.mark.parametrize("double_q", [False, True])
 def test_td_errors_by_hand(tiny, double_q):
     network, params, target_params = tiny
-    returns, discounts = map(jnp.array, zip(*BATCH_CASES.values()))
+    returns, discounts = map(jnp.array, zip(*BATCH_CASES.values(), strict=True))
     batch = {"obs": jnp.array([[0.5, -1.0], [1.0, 2.0], [-0.3, 0.7], [2.0, 0.1]]), "action": jnp.array([0, 1, 1, 0]),
              "n_step_return": returns, "bootstrap_discount": discounts,
              "bootstrap_obs": jnp.array([[0.0, 0.0], [1.5, -0.5], [0.2, 0.2], [-1.0, 1.0]])}
@@ -145,7 +145,7 @@ def test_variants_learn_deterministically(overrides):
     initial = algorithm.init(jax.random.key(5)).train_state.params
     moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.train_state.params, initial)
     assert all(jax.tree.leaves(moved))
-    for a, b in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((again, metrics_again))):
+    for a, b in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((again, metrics_again)), strict=True):
         np.testing.assert_array_equal(jax.random.key_data(a) if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) else a,
                                       jax.random.key_data(b) if jax.dtypes.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
 

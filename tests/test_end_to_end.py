@@ -4,7 +4,6 @@ import json
 import jax
 import numpy as np
 import pytest
-
 from conftest import deterministic_metrics, run_cli
 
 TINY = ("algo=tabular_q", "env=gridworld", "algo.num_agents=4", "algo.steps_per_update=25", "num_seeds=2",

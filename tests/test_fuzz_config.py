@@ -7,10 +7,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, check_like_run_py, compose_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, check_like_run_py, compose_config
 from framework import registry
 from framework.cli import ComposeError
 from framework.config import TrainConfig, register_schemas

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import check_like_run_py, compose_config, run_cli
 
 from algorithms.common.networks import QNetwork, make_q_network
-from conftest import check_like_run_py, compose_config, run_cli
 from envs import make
 from framework import registry
 from framework.cli import ComposeError

@@ -3,8 +3,8 @@ import json
 import math
 
 import pytest
-
 from conftest import run_cli
+
 from framework.loggers import JsonlLogger, final_summary
 
 

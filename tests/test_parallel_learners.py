@@ -85,7 +85,7 @@ def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
     _run_cluster(run_dirs, "resume=true", "total_env_steps=3072")
     assert len((run_dirs[0] / "metrics.jsonl").read_text().splitlines()) == 3
     resumed = [np.asarray(leaf) for leaf in jax.tree.leaves(_restore_params(run_dirs[0]))]
-    for leaf, before in zip(resumed, leaves):
+    for leaf, before in zip(resumed, leaves, strict=True):
         np.testing.assert_array_equal(leaf[0], leaf[1])
         assert leaf.shape == before.shape
     assert not (run_dirs[1] / "metrics.jsonl").exists()

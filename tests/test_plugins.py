@@ -4,8 +4,8 @@ import json
 import textwrap
 
 import pytest
-
 from conftest import compose_config, run_cli
+
 from framework import registry
 from framework.config import validated
 from framework.errors import ConfigError

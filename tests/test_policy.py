@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import ROOT, run_cli
 from PIL import Image
 
-from conftest import ROOT, run_cli
 from envs import make
 from envs.gridworld import CELL_PIXELS, COLOURS
 from framework import registry
@@ -83,7 +83,7 @@ def test_the_evaluate_command_reproduces_the_runs_final_evaluation(dqn_run):
         assert result.returncode == 0, result.stderr
         evaluation = json.loads((run_dir / "evaluation.json").read_text())
         assert (evaluation["which"], evaluation["episodes"], evaluation["seed"]) == (which, 100, 0)
-        for saved, ours in zip(summary["seeds"], evaluation["seeds"]):
+        for saved, ours in zip(summary["seeds"], evaluation["seeds"], strict=True):
             assert ours["mean"] == pytest.approx(saved[field], abs=1e-9)
             assert len(ours["returns"]) == 100
         assert f"{summary['seeds'][0][field]:.2f}" in result.stdout  # the table shows the run's number beside
@@ -163,7 +163,7 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     leaves, treedef = jax.tree.flatten(template)
     keys = jax.random.split(jax.random.key(1), len(leaves) * 2)
     policies = jax.tree.unflatten(treedef, [np.asarray(jax.random.normal(k, (2, *leaf.shape), leaf.dtype))
-                                            for k, leaf in zip(keys, leaves)])
+                                            for k, leaf in zip(keys, leaves, strict=True)])
     save_policies(tmp_path, "final", policies, train_cfg, env)
     obs, _ = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.key(2), 64), env_params)
     obs = np.asarray(obs)
@@ -175,7 +175,7 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
         expected = np.asarray(algorithm.act(original, jnp.asarray(obs), jax.random.fold_in(jax.random.key(0), 1)))
         np.testing.assert_array_equal(loaded(obs), expected)
         assert loaded(obs[0]) == expected[0]  # random values leave no ties to break
-        for saved, restored in zip(jax.tree.leaves(original), jax.tree.leaves(loaded.policy)):
+        for saved, restored in zip(jax.tree.leaves(original), jax.tree.leaves(loaded.policy), strict=True):
             assert np.asarray(saved).tobytes() == np.asarray(restored).tobytes()
     _, meta = read_policy(tmp_path, 1, "final")
     assert meta["observation_shape"] == list(env.observation_shape) and meta["num_actions"] == env.num_actions

@@ -1,11 +1,10 @@
 """Prioritised replay: explicit priorities land on the right items, sampling follows p^alpha,
 importance weights by hand, priority writes agree with Flashbax's own, and the sum tree stays
 faithful after >= 1M priority updates."""
+import flashbax as fbx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import flashbax as fbx
 
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 

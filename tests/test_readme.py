@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 SMALL = {"total_env_steps": "2048", "eval_every": "1024", "log_every": "1024", "eval_episodes": "2"}

@@ -30,7 +30,7 @@ def write_run(run_dir: Path, overrides: list[str], finals: list[float], solved_s
               "eval/return_per_seed": [f * (i + 1) / len(eval_steps) for f in finals]} for i, step in enumerate(eval_steps)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     seeds = [{"seed_index": i, "final_eval_return": f, "solved_at_env_steps": s, "solved_at_seconds": t}
-             for i, (f, s, t) in enumerate(zip(finals, solved_steps, solved_seconds))]
+             for i, (f, s, t) in enumerate(zip(finals, solved_steps, solved_seconds, strict=True))]
     (run_dir / "summary.json").write_text(json.dumps({
         "seeds": seeds, "env_steps": eval_steps[-1], "env_steps_per_second": steps_per_second,
         "env_steps_per_second_per_seed": steps_per_second / len(finals), "compile_seconds": 1.0, "wall_seconds": 2.0, "num_devices": 1}))

@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-
 from conftest import ROOT, deterministic_metrics, run_cli
 
 DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000",
@@ -77,7 +76,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, name):
     assert step_a == step_b >= 120000
     leaves_a, leaves_b = jax.tree.leaves(state_a), jax.tree.leaves(state_b)
     assert len(leaves_a) == len(leaves_b) > 10
-    for a, b in zip(leaves_a, leaves_b):
+    for a, b in zip(leaves_a, leaves_b, strict=True):
         np.testing.assert_array_equal(a, b)
     assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
     # each seed's best policy came through the checkpoint: the same bytes, the same final evaluation
@@ -144,7 +143,7 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     step_a, state_a = _final_state(reference)
     step_b, state_b = _final_state(damaged)
     assert step_a == step_b
-    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -235,5 +234,5 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_p
     assert result.returncode == 0, result.stderr
     assert deterministic_metrics(killed) == deterministic_metrics(reference)
     (_, state_a), (_, state_b) = _final_state(reference), _final_state(killed)
-    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
         np.testing.assert_array_equal(a, b)

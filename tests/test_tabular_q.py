@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import compose_config
 
 from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
 from algorithms.tabular_q import TabularQConfig, make_tabular_q
-from conftest import compose_config
 from envs import make
 from framework.trainer import train
 
