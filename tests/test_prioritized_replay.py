@@ -107,35 +107,3 @@ def test_sampling_stays_faithful_after_a_million_priority_updates():
     expected = np.asarray(final_priorities, dtype=np.float64) ** ALPHA
     # 99.9% critical value of chi-square with 1023 degrees of freedom is about 1168
     assert _chi_square(counts, expected / expected.sum()) < 1168
-
-
-def _copies_of_the_tree_inside_loops(hlo_text: str, tree_shape: str) -> list[str]:
-    """`copy` instructions of a [seeds, nodes] tree outside the entry computation (inside a loop body)."""
-    copies, computation = [], None
-    for line in hlo_text.splitlines():
-        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
-            computation = "ENTRY" if line.startswith("ENTRY") else line.split()[0]
-        if computation != "ENTRY" and f"f32[{tree_shape}]" in line and " copy(" in line:
-            copies.append(line.strip())
-    return copies
-
-
-def test_a_learner_loop_updates_the_tree_in_place():
-    # sample -> importance-weight statistics -> new priorities, as Ape-X's learner does; a read of the
-    # tree that no write depends on (e.g. probabilities gathered after the walk) made XLA copy the
-    # whole tree twice per batch, which cost Ape-X half its speed at 100k items
-    replay, state = _filled(capacity=1024, rows=4, batch=32)
-
-    def learner_step(state, uniforms):
-        items, indices, probabilities = replay.sample(state, uniforms)
-        weights = importance_weights(probabilities, 1024.0, 0.5)
-        new_priorities = jnp.abs(items["id"].astype(jnp.float32) - 3.0) + 1e-6
-        return replay.set_priorities(state, indices, new_priorities), (weights.min(), weights.mean())
-
-    def learn(state, uniforms):
-        return jax.lax.scan(learner_step, state, uniforms)
-
-    seeds = jax.tree.map(lambda x: jnp.stack([x, x]), state)
-    uniforms = jax.random.uniform(jax.random.key(0), (2, 8, 32))
-    hlo = jax.jit(jax.vmap(learn)).lower(seeds, uniforms).compile().as_text()
-    assert _copies_of_the_tree_inside_loops(hlo, f"2,{seeds.sum_tree_state.nodes.shape[1]}") == []
