@@ -10,8 +10,10 @@ import gc  # noqa: E402
 gc.disable()
 
 import logging  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
@@ -25,8 +27,23 @@ register_schemas()
 sys.argv[1:] = preflight(sys.argv[1:])  # Hydra reads sys.argv itself
 
 
+# the shell's 128 + signal number: what the signal's default action would have given
+STOP_EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
+
+
 class JobFailed(RuntimeError):
     """One job of a multirun that stopped with a config error (already reported on stderr)."""
+
+
+def stopped_message(summary: dict, hydra_cfg: Any, multirun: bool) -> str:
+    """What stopped the run, what it left and the command that continues it."""
+    run_dir = hydra_cfg.runtime.output_dir
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(("resume=", "hydra.run.dir="))]
+    command = shlex.join(["python", "run.py", *overrides, "resume=true", f"hydra.run.dir={run_dir}"])
+    what = "Ctrl-C" if summary["interrupted_by"] == "SIGINT" else summary["interrupted_by"]
+    sweep = f"; job {hydra_cfg.job.num} of the sweep, whose later jobs did not run" if multirun else ""
+    return (f"stopped by {what} after {summary['env_steps']:,} env steps{sweep}. A checkpoint and summary.json "
+            f"(\"interrupted\": true) are in {run_dir}; continue with resume=true: {command}")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -51,10 +68,9 @@ def main(cfg: DictConfig) -> float | None:
             raise JobFailed(f"job {hydra_cfg.job.num} failed: training diverged") from None
         sys.exit(3)
     if summary["interrupted"]:
-        print(f"stopped by Ctrl-C after {summary['env_steps']:,} env steps; continue with resume=true", file=sys.stderr)
-        if multirun:
-            raise KeyboardInterrupt  # Ctrl-C stops the whole sweep
-        sys.exit(130)
+        print(stopped_message(summary, hydra_cfg, multirun), file=sys.stderr)
+        # SystemExit passes through Hydra's launcher: under -m it stops the whole sweep
+        sys.exit(STOP_EXIT_STATUS[summary["interrupted_by"]])
     return summary["final_eval_return"]  # the mean over seeds of the final evaluation: what sweepers optimise
 
 

@@ -7,6 +7,7 @@ per device; see framework/parallel.py.
 """
 import gc
 import json
+import os
 import signal
 import sys
 import time
@@ -213,13 +214,14 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
 
 
 def summarize(seeds: list[dict], progress: dict, compile_seconds: float, wall_seconds: float, train_cfg: TrainConfig,
-              num_devices: int, interrupted: bool) -> dict:
+              num_devices: int, interrupted_by: Optional[str]) -> dict:
     """summary.json: the final evaluation per seed and over seeds, the solve rule, the run's speed
     (measured after compilation)."""
     env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
     num_seeds = len(seeds)
     return {
-        "interrupted": interrupted,
+        "interrupted": interrupted_by is not None,  # stopped by a signal before its last chunk
+        "interrupted_by": interrupted_by,  # "SIGINT" (Ctrl-C), "SIGTERM" or null
         "final_eval_return": float(np.mean([seed["final_eval_return"] for seed in seeds])),
         "final_eval_episodes": train_cfg.final_eval_episodes,
         "target_return": train_cfg.target_return,
@@ -265,25 +267,38 @@ def format_result(summary: dict) -> str:
             f"episodes per seed{solved}")
 
 
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
 class StopRequest:
-    """Ctrl-C (SIGINT) asks the loop to stop after the running chunk, with a checkpoint and a summary."""
+    """Ctrl-C (SIGINT) or SIGTERM (what SLURM and Kubernetes send before stopping a job) asks the loop
+    to stop after the running chunk, with a checkpoint and a summary; `signal` names the first one."""
 
     def __init__(self):
-        self.requested = False
+        self.signal: Optional[signal.Signals] = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self.requested = True
-        print("interrupted: finishing this chunk, then a checkpoint and the summary (Ctrl-C again to abort)",
-              file=sys.stderr, flush=True)
+        if self.requested:  # a second signal stops at once
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signal = signal.Signals(signum)
+        print(f"{STOP_SIGNALS[self.signal]}: finishing this chunk, then a checkpoint and the summary "
+              f"({'Ctrl-C' if signum == signal.SIGINT else 'SIGTERM'} again to abort)", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopRequest":
-        self.previous = signal.signal(signal.SIGINT, self._handle)
+        self.previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc) -> None:
-        signal.signal(signal.SIGINT, self.previous)
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 def keep_first_lines(path: Path, count: int) -> None:
@@ -387,7 +402,7 @@ def evaluate_finally(run: Run, state: Any, history: EvaluationHistory, best: Bes
 
 def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, summary: dict, history: EvaluationHistory,
                   final_policies: Any, best: BestPolicies) -> None:
-    """summary.json, each seed's final and best policy, the learning curve and the result's line."""
+    """summary.json, each seed's final and best policy, the learning curve."""
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     on_first_learner = _on_this_device if run.learners else (lambda tree: tree)
     for which, policies in (("final", final_policies), ("best", best.policies)):
@@ -395,7 +410,6 @@ def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, sum
     if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
         plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
                             train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
-    print_line(format_result(summary))
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
@@ -428,54 +442,60 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
     loggers = make_loggers(train_cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group) if writer else Loggers([])
     latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
-    summary, stop, last = None, StopRequest(), False
+    summary, stop, last, interrupted_by = None, StopRequest(), False, None
     solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
                       if train_cfg.target_return is not None else None)
-    try:
-        with ProgressBar(run.num_chunks * run.env_steps_per_chunk, train_cfg.progress and writer) as bar, stop:
-            for chunk in range(progress["chunk"], run.num_chunks):
-                if history.all_solved:
-                    break
-                chunk_start = time.time()
-                state, metrics = run.programs.run_chunk(state)
-                metrics = to_host(metrics)
-                previous = progress["env_steps"]
-                env_steps = progress["env_steps"] = previous + run.env_steps_per_chunk
-                stop_if_diverged(metrics, algorithm, run.learners, train_cfg.nan_policy, env_steps)
-                progress["train_seconds"] += time.time() - chunk_start
-                steps_per_second = run.num_seeds * env_steps / progress["train_seconds"]
-                last = chunk == run.num_chunks - 1
-                crossed = lambda every: every > 0 and env_steps // every > previous // every
-                if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
-                    record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
-                                          progress["train_seconds"])
-                    if crossed(train_cfg.eval_every) or last:
-                        record.update(evaluate_periodically(run, state, chunk, env_steps, seconds(), history, best))
-                        latest_eval = record["eval/return"]
-                    loggers.log(record)
-                    progress["metrics_lines"] += 1
-                    if writer:
-                        print_line(format_line(record, solved()))
-                bar.update(env_steps, steps_per_second, latest_eval)
-                progress["chunk"] = chunk + 1
-                if stop.requested and checkpointer is None:
-                    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep)
-                if checkpointer and (crossed(train_cfg.checkpoint.every) or last or history.all_solved or stop.requested):
-                    checkpointer.save(env_steps, state, {**progress, "history": history.to_dict()}, best.policies)
-                if stop.requested:
-                    break
-        seeds, final_policies = evaluate_finally(run, state, history, best)
-        summary = summarize(seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
-                            interrupted=stop.requested and not last)
-    finally:
-        loggers.close(summary)
-        if checkpointer:
-            checkpointer.close()
+    # a signal after the last chunk (final evaluation, writing) lets the run finish: its results are whole
+    with stop:
+        try:
+            with ProgressBar(run.num_chunks * run.env_steps_per_chunk, train_cfg.progress and writer) as bar:
+                for chunk in range(progress["chunk"], run.num_chunks):
+                    if history.all_solved:
+                        break
+                    chunk_start = time.time()
+                    state, metrics = run.programs.run_chunk(state)
+                    metrics = to_host(metrics)
+                    previous = progress["env_steps"]
+                    env_steps = progress["env_steps"] = previous + run.env_steps_per_chunk
+                    stop_if_diverged(metrics, algorithm, run.learners, train_cfg.nan_policy, env_steps)
+                    progress["train_seconds"] += time.time() - chunk_start
+                    steps_per_second = run.num_seeds * env_steps / progress["train_seconds"]
+                    last = chunk == run.num_chunks - 1
+                    crossed = lambda every: every > 0 and env_steps // every > previous // every
+                    if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
+                        record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
+                                              progress["train_seconds"])
+                        if crossed(train_cfg.eval_every) or last:
+                            record.update(evaluate_periodically(run, state, chunk, env_steps, seconds(), history, best))
+                            latest_eval = record["eval/return"]
+                        loggers.log(record)
+                        progress["metrics_lines"] += 1
+                        if writer:
+                            print_line(format_line(record, solved()))
+                    bar.update(env_steps, steps_per_second, latest_eval)
+                    progress["chunk"] = chunk + 1
+                    if stop.requested and checkpointer is None:
+                        checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep)
+                    if checkpointer and (crossed(train_cfg.checkpoint.every) or last or history.all_solved
+                                         or stop.requested):
+                        checkpointer.save(env_steps, state, {**progress, "history": history.to_dict()}, best.policies)
+                    if stop.requested:
+                        interrupted_by = None if last else stop.signal.name
+                        break
+            seeds, final_policies = evaluate_finally(run, state, history, best)
+            summary = summarize(seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
+                                interrupted_by)
+        finally:
+            loggers.close(summary)
+            if checkpointer:
+                checkpointer.close()
 
-    if writer:
-        write_results(run_dir, train_cfg, run, env, summary, history, final_policies, best)
-    if algorithm.save_artifacts is not None:
-        final_state = to_host(state)
         if writer:
-            algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
+            write_results(run_dir, train_cfg, run, env, summary, history, final_policies, best)
+        if algorithm.save_artifacts is not None:
+            final_state = to_host(state)
+            if writer:
+                algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
+        if writer:
+            print_line(format_result(summary))
     return summary

@@ -1,0 +1,72 @@
+"""SIGTERM (what SLURM and Kubernetes send before stopping a job) stops a run as Ctrl-C does: the running
+chunk finishes, a checkpoint and summary.json are written, exit status 143, and resume=true continues."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, run_cli
+
+# long enough to be still training when the signal comes, small enough to resume to the end in seconds
+# (30 chunks of 2048 env steps: DQN's updates step 128 envs); no periodic checkpoints: the signal must write one
+RUN = ("algo=dqn", "env=cartpole", "total_env_steps=61440", "log_every=2048", "eval_every=4096", "eval_episodes=2",
+       "final_eval_episodes=4", "algo.learning_starts=500", "checkpoint.every=0")
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args, "progress=false"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
+def _terminate_once_training(process: subprocess.Popen, metrics: Path) -> tuple[str, str]:
+    """SIGTERM as soon as the first metrics line is written (training has started); the run's output."""
+    deadline = time.time() + 180
+    while time.time() < deadline and process.poll() is None and not (metrics.exists() and metrics.stat().st_size):
+        time.sleep(0.02)
+    assert process.poll() is None, f"the run ended before it could be terminated: {process.communicate()[1]}"
+    process.send_signal(signal.SIGTERM)
+    return process.communicate(timeout=180)
+
+
+def _checkpoint_steps(run_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_sigterm_writes_a_checkpoint_and_the_summary_then_resume_finishes(tmp_path):
+    process = _start(*RUN, f"hydra.run.dir={tmp_path}")
+    stdout, stderr = _terminate_once_training(process, tmp_path / "metrics.jsonl")
+
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert "SIGTERM: finishing this chunk" in stderr
+    last_line = stderr.strip().splitlines()[-1]
+    assert last_line.startswith("stopped by SIGTERM after") and str(tmp_path) in last_line
+    assert f"resume=true hydra.run.dir={tmp_path}" in last_line and "total_env_steps=61440" in last_line
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["interrupted_by"] == "SIGTERM"
+    assert 0 < summary["env_steps"] < 61440
+    assert _checkpoint_steps(tmp_path) == [summary["env_steps"]]  # the signal's checkpoint, at the chunk it ended
+    assert any(line.startswith("final greedy return") for line in stdout.splitlines())  # the interrupted run's result
+
+    result = run_cli(*RUN, "resume=true", run_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is False and summary["interrupted_by"] is None
+    assert summary["env_steps"] == 61440 and _checkpoint_steps(tmp_path)[-1] == 61440
+    env_steps = [json.loads(line)["env_steps"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert env_steps == list(range(2048, 61441, 2048))  # one line per log_every, none lost or repeated
+
+
+def test_sigterm_stops_the_whole_sweep(tmp_path):
+    process = _start("-m", *RUN, "seed=0,1", f"hydra.sweep.dir={tmp_path}")
+    _, stderr = _terminate_once_training(process, tmp_path / "0" / "metrics.jsonl")
+
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert "job 0 of the sweep" in stderr and f"hydra.run.dir={tmp_path / '0'}" in stderr
+    assert "seed=0" in stderr.strip().splitlines()[-1]  # the job's own overrides, not the sweep's seed=0,1
+    assert json.loads((tmp_path / "0" / "summary.json").read_text())["interrupted_by"] == "SIGTERM"
+    assert not (tmp_path / "1").exists()  # the sweep's next job never started
