@@ -1,4 +1,5 @@
-"""The one error type users see: a bad config value, reported as a single paragraph."""
+"""The errors a run reports as one paragraph on stderr, without a traceback: ConfigError (a bad config
+value, exit status 2) and TrainingDiverged (a non-finite loss or Q-value, exit status 3)."""
 from pathlib import Path
 from typing import Any
 

@@ -4,7 +4,8 @@
 Every seed's saved policy plays N greedy episodes of the run's own env (its saved env params), a
 table of their returns is printed and `evaluation.json` is written into the run dir. With the
 run's seed (the default) and its `final_eval_episodes` (default 100) the episodes are those of the
-run's own final evaluation, so the returns are the same. `--gif` animates one episode of seed 0.
+run's own final evaluation, so the returns are the same. `--gif` animates seed 0's first episode of
+the table (the first of its returns in evaluation.json): the same keys, the same episode.
 """
 import argparse
 import json
@@ -40,7 +41,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--which", default="final", help="final (the policy the run ended with) or best")
     parser.add_argument("--episodes", type=int, default=100, help="greedy episodes per seed (default 100)")
     parser.add_argument("--seed", type=int, default=None, help="the episodes' seed (default: the run's own)")
-    parser.add_argument("--gif", type=Path, default=None, help="write an animation of one episode of seed 0 here")
+    parser.add_argument("--gif", type=Path, default=None, help="write an animation of seed 0's first episode here")
     return parser.parse_args(argv)
 
 
@@ -62,18 +63,19 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     return np.asarray(jax.jit(jax.vmap(evaluate_one_seed))(saved.policies, keys))
 
 
-def record_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
-    """One greedy episode of seed 0 as an animated GIF; its return and length."""
+def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tuple[float, int]:
+    """Seed 0's first episode of `play(saved, episodes, seed)` as an animated GIF; its return and length."""
     env = saved.env
     if not can_render(env):
         raise ConfigError("--gif", str(path), "an env with a render(state, params) method",
                           f"env={saved.meta['env']['name']} cannot draw itself")
     first_seed = jax.tree.map(lambda leaf: leaf[0], saved.policies)
     key = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), saved.meta["num_seeds"])[1][0]
-    states, rewards, steps = jax.jit(make_record_episode(env, saved.env_params, saved.algorithm.act))(first_seed, key)
+    record = make_record_episode(env, saved.env_params, saved.algorithm.act, episodes)
+    states, rewards, steps = jax.jit(record)(first_seed, key)
     steps = int(steps)
     states = jax.device_get(states)
-    episode = [jax.tree.map(lambda leaf: leaf[t], states) for t in range(steps + 1)]
+    episode = [jax.tree.map(lambda leaf, t=t: leaf[t], states) for t in range(steps + 1)]
     frames = env.render_episode(episode, saved.env_params)
     write_gif(frames, path, env.render_fps)
     return float(np.asarray(rewards).sum()), steps
@@ -104,7 +106,8 @@ def run_results(run_dir: Path, which: str, episodes: int) -> Optional[list[float
 
 def format_table(returns: np.ndarray, reported: Optional[list[float]]) -> str:
     """Mean, std, min and max per seed, and the run's own number beside each when it has one."""
-    header = f"{'seed':>4}  {'mean':>8}  {'std':>7}  {'min':>8}  {'max':>8}" + ("  run's final eval" if reported else "")
+    header = (f"{'seed':>4}  {'mean':>8}  {'std':>7}  {'min':>8}  {'max':>8}"
+              + ("  run's final eval" if reported else ""))
     rows = [header]
     for index, seed_returns in enumerate(returns):
         row = (f"{index:>4}  {seed_returns.mean():>8.2f}  {seed_returns.std():>7.2f}  {seed_returns.min():>8.2f}  "
@@ -132,15 +135,16 @@ def main(argv: Sequence[str]) -> dict:
     saved = load_policies(args.run_dir, args.which)
     seed = saved.meta["seed"] if args.seed is None else args.seed
     returns = play(saved, args.episodes, seed)
-    print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.meta['env']['name']}): "
+    print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.env.name}): "
           f"{args.episodes} greedy episodes per seed, seed {seed}")
     same_seed = args.seed is None or args.seed == saved.meta["seed"]
     print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
     gif = None
     if args.gif is not None:
-        episode_return, steps = record_gif(saved, seed, args.gif)
-        gif = {"path": str(args.gif), "seed_index": 0, "return": episode_return, "steps": steps}
-        print(f"wrote {args.gif}: one episode of seed 0, return {episode_return:g} in {steps} steps")
+        episode_return, steps = record_gif(saved, seed, args.episodes, args.gif)
+        gif = {"path": str(args.gif), "seed_index": 0, "episode_index": 0, "return": episode_return, "steps": steps}
+        print(f"wrote {args.gif}: seed 0's first episode of the {args.episodes} above, return {episode_return:g} "
+              f"in {steps} steps")
     record = evaluation_record(args, seed, returns, gif)
     (args.run_dir / "evaluation.json").write_text(json.dumps(record, indent=2))
     return record
