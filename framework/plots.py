@@ -30,7 +30,7 @@ def plot_learning_curve(env_steps: Sequence[int], returns_per_seed: np.ndarray, 
     axes.legend(loc="lower right")
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, metadata={"Title": title})  # the PNG's own title too: readable without pixels
     plt.close(figure)
 
 

@@ -8,6 +8,7 @@ per device; see framework/parallel.py.
 import gc
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -267,6 +268,35 @@ def format_result(summary: dict) -> str:
             f"episodes per seed{solved}")
 
 
+# what a run dir holds, the most wanted first (anything else it holds is listed after these)
+OUTPUTS_FIRST = ("summary.json", "learning_curve.png", "policies", "q_values.png", "q_table.npy", "metrics.jsonl",
+                 "config.yaml", "checkpoints")
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies under it (Hydra's outputs/...), else absolute."""
+    path = path.absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def format_outputs(run_dir: Path) -> list[str]:
+    """The run's closing lines after its result: where its outputs are, what they are, how to play its policies."""
+    entries = {entry.name: entry for entry in run_dir.iterdir() if not entry.name.startswith(".")}
+    order = [name for name in OUTPUTS_FIRST if name in entries] + sorted(set(entries) - set(OUTPUTS_FIRST))
+    notes = {"summary.json": " (the result)"}
+    listed = ", ".join(name + ("/" if entries[name].is_dir() else "") + notes.get(name, "") for name in order)
+    where = shown_path(run_dir)
+    return [f"outputs in {where}: {listed}", f"play the saved policies: python -m framework.evaluate {shlex.quote(where)}"]
+
+
+def learning_curve_title(algo_name: str, env: Any) -> str:
+    """"dqn on CartPole-v1": the env as built (a gymnax or MinAtar env names its id), not its config group."""
+    return f"{algo_name} on {env.name}"
+
+
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
@@ -409,7 +439,7 @@ def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, sum
         save_policies(run_dir, which, on_first_learner(policies), train_cfg, env)
     if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
         plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
-                            train_cfg.target_return, f"{train_cfg.algo.name} on {train_cfg.env.name}")
+                            train_cfg.target_return, learning_curve_title(train_cfg.algo.name, env))
 
 
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
@@ -497,5 +527,6 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
             if writer:
                 algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
         if writer:
-            print_line(format_result(summary))
+            for line in (format_result(summary), *format_outputs(run_dir)):
+                print_line(line)
     return summary

@@ -130,5 +130,5 @@ def test_the_log_shows_the_headline_numbers_and_the_result(short_run):
     *_, stdout = short_run
     lines = stdout.strip().splitlines()
     assert all(len(line) < 160 for line in lines)
-    assert "env steps" in lines[0] and "eval" in lines[0] and "loss" in lines[-2]
-    assert lines[-1].startswith("final greedy return") and "over 6 episodes per seed" in lines[-1]
+    assert "env steps" in lines[0] and "eval" in lines[0] and "loss" in lines[-4]
+    assert lines[-3].startswith("final greedy return") and "over 6 episodes per seed" in lines[-3]  # then the outputs
