@@ -5,9 +5,10 @@
 
 1. Throughput: the trainer's learner-parallel program (`run_chunk`, K iterations in one scan),
    CartPole, Ape-X's defaults (a dueling 64x64 MLP with LayerNorm, 5-step returns) but learner
-   batches of 512, replay of 100k per device. Every iteration each of the actors' envs steps `rollout_length` times and each
-   device's learner takes `updates` prioritised batches; the loss comes back to the host, so no
-   work can be deleted. Devices > 1 are forced CPU devices (XLA_FLAGS) sharing the same cores.
+   batches of 512, replay of 100k per device. Every iteration each of the actors' envs steps
+   `rollout_length` times and each device's learner takes `updates` prioritised batches; the
+   loss comes back to the host, so no work can be deleted. Devices > 1 are forced CPU devices
+   (XLA_FLAGS) sharing the same cores.
    References: the Ape-X paper's whole-cluster rates (360 actors on 376 cores and a GPU, about
    50K env frames/s and 19 batches of 512/s) and RLlib 2.8.1's Ape-X on this 2-core CPU (its tuned
    CartPole example: about 1,000 env steps/s and 7 batches of 512/s, as measured for the issue).
@@ -66,7 +67,8 @@ def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_leng
         best = min(best, time.perf_counter() - start)
     assert np.isfinite(loss), "the learner must have trained"
     total_iterations = CALLS_PER_ROUND * iterations
-    return {"devices": num_devices, "actors": num_devices * num_actors, "envs": num_devices * num_actors * envs_per_actor,
+    return {"devices": num_devices, "actors": num_devices * num_actors,
+            "envs": num_devices * num_actors * envs_per_actor,
             "rollout": rollout_length, "updates": updates,
             "env_steps_per_second": total_iterations * env_steps_per_iteration / best,
             "batches_per_second": total_iterations * updates * num_devices / best,
@@ -82,15 +84,19 @@ def throughput_on(num_devices: int) -> list[dict]:
 
 
 def print_throughput(results: list[dict]) -> None:
-    rows = [[f"{r['devices']} device{'s' if r['devices'] > 1 else ''}, {r['actors']} actors x {r['envs'] // r['actors']} envs",
+    rows = [[f"{r['devices']} device{'s' if r['devices'] > 1 else ''}, "
+             f"{r['actors']} actors x {r['envs'] // r['actors']} envs",
              f"{r['rollout']}", f"{r['updates']}", f"{r['replay_ratio']:.2f}", format_rate(r["env_steps_per_second"]),
              f"{r['batches_per_second']:,.1f}",
-             "yes" if r["env_steps_per_second"] >= PAPER_ENV_STEPS and r["batches_per_second"] >= PAPER_BATCHES else "no"]
+             "yes" if (r["env_steps_per_second"] >= PAPER_ENV_STEPS
+                       and r["batches_per_second"] >= PAPER_BATCHES) else "no"]
             for r in results]
-    rows += [["Ape-X paper, whole cluster (376 cores + GPU)", "", "", "", format_rate(PAPER_ENV_STEPS), f"{PAPER_BATCHES}", ""],
-             ["RLlib 2.8.1 Ape-X, this CPU, 3 workers", "", "", "", format_rate(RLLIB_ENV_STEPS), f"{RLLIB_BATCHES}", ""]]
-    print_table("1. Ape-X throughput on CartPole, the default network (dueling 64x64 MLP, LayerNorm), learner batch 512 "
-                "(best of 3 rounds)",
+    rows += [["Ape-X paper, whole cluster (376 cores + GPU)", "", "", "", format_rate(PAPER_ENV_STEPS),
+              f"{PAPER_BATCHES}", ""],
+             ["RLlib 2.8.1 Ape-X, this CPU, 3 workers", "", "", "", format_rate(RLLIB_ENV_STEPS),
+              f"{RLLIB_BATCHES}", ""]]
+    print_table("1. Ape-X throughput on CartPole, the default network (dueling 64x64 MLP, LayerNorm), learner batch "
+                "512 (best of 3 rounds)",
                 ["population", "rollout", "batches/iter", "samples per env step", "env steps/s",
                  "batches of 512/s", ">= paper"], rows)
 

@@ -68,7 +68,8 @@ def collective_seconds() -> float:
     program = jax.jit(jax.shard_map(many_pmeans, mesh=mesh, in_specs=PartitionSpec(DEVICE_AXIS),
                                     out_specs=PartitionSpec(DEVICE_AXIS), check_vma=False))
     devices = len(jax.devices())
-    x = jax.make_array_from_callback((devices, GRADIENT_FLOATS), jax.sharding.NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)),
+    x = jax.make_array_from_callback((devices, GRADIENT_FLOATS),
+                                     jax.sharding.NamedSharding(mesh, PartitionSpec(DEVICE_AXIS)),
                                      lambda index: np.ones((1, GRADIENT_FLOATS), np.float32))
     jax.block_until_ready(program(x))  # compile
     best = float("inf")
@@ -177,9 +178,11 @@ def main() -> None:
         for name, r in results.items():
             batches = r["batches_per_second"]
             table.append([workload, name, f"{r['devices']}", f"{r['env_steps_per_second']:,.0f}",
-                          f"{r['env_steps_per_second'] / reference:.0%}", "-" if batches is None else f"{batches:,.1f}"])
+                          f"{r['env_steps_per_second'] / reference:.0%}",
+                          "-" if batches is None else f"{batches:,.1f}"])
     print_table(f"CartPole, Ape-X {args.env_steps:,} env steps (one seed, two learners), DQN {args.dqn_env_steps:,} "
-                "per seed", ["workload", "layout", "devices", "env steps/s", "of one process", "learner batches/s"], table)
+                "per seed", ["workload", "layout", "devices", "env steps/s", "of one process", "learner batches/s"],
+                table)
     print_table(f"One all-reduce alone: a pmean of {GRADIENT_FLOATS:,} floats, in a scan of {PMEANS}",
                 ["layout", "ms per pmean"],
                 [[name, f"{measure_collective(processes):.3f}"] for name, processes in rows.items()])

@@ -102,7 +102,8 @@ def speed_rows(name: str, num_seeds: int, rounds: int) -> list[list[str]]:
                 times[level].append(time.perf_counter() - start)
     assert np.isfinite(loss), "the learners must have trained"
     env_steps = updates_per_chunk * algorithm.env_steps_per_update * num_seeds
-    return [[f"{name} ({updates_per_chunk} updates per chunk), level {level}", format_rate(env_steps / float(np.median(times[level]))),
+    return [[f"{name} ({updates_per_chunk} updates per chunk), level {level}",
+             format_rate(env_steps / float(np.median(times[level]))),
              f"{float(np.median(times[level])) * 1e3:.0f}"] for level in timed_levels]
 
 

@@ -31,7 +31,8 @@ CLASSIC = [
     ("Acrobot-v1", "rl-zoo DQN", 100_000, -76.6, 11.8),
     ("MountainCar-v0", "rl-zoo DQN", 120_000, -100.9, 9.9),
 ]
-CLEANRL = {"Acrobot-v1": "-88.9 +- 1.6 (CleanRL dqn_jax, 500k)", "MountainCar-v0": "-188.9 +- 11.8 (CleanRL dqn_jax, 500k)"}
+CLEANRL = {"Acrobot-v1": "-88.9 +- 1.6 (CleanRL dqn_jax, 500k)",
+           "MountainCar-v0": "-188.9 +- 11.8 (CleanRL dqn_jax, 500k)"}
 # MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its learning-curve figure
 MINATAR = [("Breakout-MinAtar", 10.0), ("SpaceInvaders-MinAtar", 43.0), ("Asterix-MinAtar", 17.0),
            ("Freeway-MinAtar", 50.0)]
@@ -40,7 +41,8 @@ NEVER_REACHED_FLAG = -200.0  # MountainCar's return when the car never gets up i
 
 
 def evaluations(run_dir) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "eval/return_per_seed" in r]
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+            if "eval/return_per_seed" in r]
 
 
 def exploration(run_dir) -> str:
@@ -48,7 +50,8 @@ def exploration(run_dir) -> str:
     records = evaluations(run_dir)
     per_seed = np.array([r["eval/return_per_seed"] for r in records])  # [evaluations, seeds]
     steps = [r["env_steps"] for r in records]
-    firsts = [steps[int(np.argmax(column > NEVER_REACHED_FLAG))] for column in per_seed.T if (column > NEVER_REACHED_FLAG).any()]
+    firsts = [steps[int(np.argmax(column > NEVER_REACHED_FLAG))] for column in per_seed.T
+              if (column > NEVER_REACHED_FLAG).any()]
     median = f", median first at {np.median(firsts):,.0f} env steps" if firsts else ""
     return f"{len(firsts)}/{per_seed.shape[1]} seeds{median}"
 
@@ -65,8 +68,8 @@ def classic_rows(seeds: int, seed: int, sb3_seeds: int) -> list[list[str]]:
         references = [f"{published} +- {band} ({reference}, {steps // 1000}k)", CLEANRL[env_id]]
         for algo in ALGOS:
             # the defaults (conf/algo_env/<algo>_gymnax.yaml) end within the reference's env steps
-            result = run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}", f"seed={seed}",
-                                  keep_dir=True)
+            result = run_to_solve(f"algo={algo}", "env=gymnax", f"env.id={env_id}", f"num_seeds={seeds}",
+                                  f"seed={seed}", keep_dir=True)
             assert result["summary"]["env_steps"] <= steps, "more env steps than the reference used"
             summary = result["summary"]
             finals = [s["final_eval_return"] for s in summary["seeds"]]
@@ -135,9 +138,10 @@ def main() -> None:
     print_machine("lightspeed on gymnax environments")
     start = time.time()
     if not args.skip_classic:
-        print_table(f"Classic control: final 100-episode greedy return of {args.seeds} seeds (seed={args.seed}), defaults",
-                    ["run", "env steps", "final IQM [95% CI]", "min", "seeds >= published", "published", "also published",
-                     "wall, all seeds [s]", "reached the flag (eval > -200)"],
+        print_table(f"Classic control: final 100-episode greedy return of {args.seeds} seeds (seed={args.seed}), "
+                    "defaults",
+                    ["run", "env steps", "final IQM [95% CI]", "min", "seeds >= published", "published",
+                     "also published", "wall, all seeds [s]", "reached the flag (eval > -200)"],
                     classic_rows(args.seeds, args.seed, args.sb3_seeds))
     if not args.skip_minatar:
         print_table(f"MinAtar (env=minatar: sticky actions 0.1, minimal action set): {args.minatar_seeds} seeds, "

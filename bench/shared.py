@@ -55,7 +55,8 @@ def run_to_solve(*overrides: str, compilation_cache: Optional[str] = None, keep_
     start = time.time()
     subprocess.run(args, cwd=REPO_ROOT, check=True, capture_output=True)
     wall = time.time() - start
-    result = {"summary": json.loads((run_dir / "summary.json").read_text()), "process_seconds": wall, "run_dir": run_dir}
+    result = {"summary": json.loads((run_dir / "summary.json").read_text()), "process_seconds": wall,
+              "run_dir": run_dir}
     if not keep_dir:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result
@@ -159,7 +160,8 @@ spec = json.loads(sys.argv[1])
 env_id, target, eval_every = spec["env_id"], spec["target"], spec["eval_every"]
 
 class Evaluations(BaseCallback):
-    """Greedy evaluation of 16 episodes every `eval_every` steps, as lightspeed's periodic ones; trains on to the end."""
+    """Greedy evaluation of 16 episodes every `eval_every` steps, as lightspeed's periodic ones; trains on to
+    the end."""
     def __init__(self):
         super().__init__()
         self.eval_env = gym.make(env_id)
@@ -201,7 +203,8 @@ def sb3_rows(num_seeds: int, target: float) -> tuple[list[list[str]], list[dict]
         result = run_sb3("CartPole-v1", seed, target)
         returns = np.array(result["returns"])
         hits = np.flatnonzero(returns >= target)
-        stability = float(np.mean(returns[hits[0] + 1:] >= target)) if len(hits) and hits[0] + 1 < len(returns) else None
+        stability = (float(np.mean(returns[hits[0] + 1:] >= target))
+                     if len(hits) and hits[0] + 1 < len(returns) else None)
         results.append({**result, "stability": stability})
         rows.append([f"stable-baselines3 rl-zoo DQN, seed {seed}", "-",
                      format_value(result["first_solve_env_steps"], ",.0f", "never"),

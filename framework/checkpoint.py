@@ -75,7 +75,8 @@ def check_digests(step_dir: Path) -> bool:
 def saved_steps(run_dir: Path) -> list[int]:
     """Env steps of the checkpoints in `run_dir` (as the first process sees them)."""
     directory = run_dir / CHECKPOINT_DIR
-    steps = sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()) if directory.is_dir() else []
+    steps = (sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+             if directory.is_dir() else [])
     return _json_from_first_process(steps if jax.process_index() == 0 else None)
 
 
@@ -104,7 +105,8 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 def state_config(config: dict) -> dict[str, Any]:
     """The resolved config's state-shaping keys, dotted: {"algo.hidden_sizes": [64, 64], ...}."""
-    return {key: value for key, value in _flatten(config).items() if any(key == k or key.startswith(k + ".") for k in STATE_KEYS)}
+    return {key: value for key, value in _flatten(config).items()
+            if any(key == k or key.startswith(k + ".") for k in STATE_KEYS)}
 
 
 def interpolated_keys(config: Any) -> set[str]:
@@ -143,7 +145,8 @@ def check_resumable(run_dir: Path, new_config: Any) -> None:
         import yaml
 
         differences = config_differences(yaml.safe_load((run_dir / "config.yaml").read_text()),
-                                         OmegaConf.to_container(new_config, resolve=True), interpolated_keys(new_config))
+                                         OmegaConf.to_container(new_config, resolve=True),
+                                         interpolated_keys(new_config))
     differences = _json_from_first_process(differences)
     if differences:
         raise ConfigError("resume", True, "the run dir's own config for every key that shapes the training state "
@@ -166,7 +169,8 @@ def _json_from_first_process(value: Any) -> Any:
 
 
 def _first_shape_mismatch(restored: Any, template: Any) -> Optional[str]:
-    for (where, saved), expected in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(template), strict=True):
+    for (where, saved), expected in zip(jax.tree_util.tree_leaves_with_path(restored), jax.tree.leaves(template),
+                                        strict=True):
         if saved.shape != expected.shape:
             return (f"{jax.tree_util.keystr(where)} is {saved.shape} in the checkpoint, {expected.shape} in this run: "
                     "the devices (num_devices, XLA_FLAGS), seeds or algorithm config differ")

@@ -53,7 +53,8 @@ class Environment:
     @property
     def renders(self) -> bool:
         """True when this env implements `render` (or `render_episode`)."""
-        return type(self).render is not Environment.render or type(self).render_episode is not Environment.render_episode
+        return (type(self).render is not Environment.render
+                or type(self).render_episode is not Environment.render_episode)
 
     def render(self, state: Any, params: Any) -> np.ndarray:
         """One frame (uint8 [H, W, 3]) of a single, unbatched state; optional."""

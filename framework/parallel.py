@@ -67,7 +67,8 @@ def to_host(tree: Any) -> Any:
 
 def to_devices(host_tree: Any, like: Any) -> Any:
     """Host arrays (the same on every process) placed as the global arrays of `like` are."""
-    return jax.tree.map(lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: data[index]),
+    return jax.tree.map(lambda data, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding,
+                                                                        lambda index: data[index]),
                         host_tree, like)
 
 
@@ -88,5 +89,6 @@ def initialize_distributed(config: DistributedConfig) -> None:
                                    initialization_timeout=config.initialization_timeout, coordinator_bind_address=bind)
     except Exception as error:  # the coordinator's own message says which process or port failed
         raise ConfigError("distributed.coordinator_address", config.coordinator_address,
-                          f"an address where all {config.num_processes} processes meet", str(error).splitlines()[0]) from None
+                          f"an address where all {config.num_processes} processes meet",
+                          str(error).splitlines()[0]) from None
 

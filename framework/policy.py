@@ -113,7 +113,8 @@ def restore_arrays(template: Any, saved: Any, path: Path) -> Any:
         policy = serialization.from_state_dict(template, saved)
     except (ValueError, KeyError, TypeError) as error:
         raise not_fitting(str(error).splitlines()[0][:200]) from None
-    for (where, expected), actual in zip(jax.tree_util.tree_leaves_with_path(template), jax.tree.leaves(policy), strict=True):
+    for (where, expected), actual in zip(jax.tree_util.tree_leaves_with_path(template), jax.tree.leaves(policy),
+                                         strict=True):
         if tuple(np.shape(actual)) != expected.shape:
             raise not_fitting(f"{jax.tree_util.keystr(where)} has shape {tuple(np.shape(actual))}, "
                               f"the config builds {expected.shape}")
@@ -136,7 +137,8 @@ def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
     meta = saved[0][1]
     env, env_params, algorithm = rebuild(meta)
     template = abstract_policy(algorithm)
-    policies = [restore_arrays(template, arrays, policy_path(run_dir, seed, which)) for seed, (arrays, _) in enumerate(saved)]
+    policies = [restore_arrays(template, arrays, policy_path(run_dir, seed, which))
+                for seed, (arrays, _) in enumerate(saved)]
     return SavedPolicies(jax.tree.map(lambda *leaves: np.stack(leaves), *policies), meta, env, env_params, algorithm)
 
 
@@ -162,7 +164,8 @@ class LoadedPolicy:
         single = batch.shape == self.observation_shape
         batch = batch[None] if single else batch
         check(batch.shape[1:] == self.observation_shape, "observation", f"an array of shape {np.shape(observation)}",
-              f"one observation of shape {self.observation_shape} or a batch [B, {', '.join(map(str, self.observation_shape))}]")
+              f"one observation of shape {self.observation_shape} "
+              f"or a batch [B, {', '.join(map(str, self.observation_shape))}]")
         self._calls += 1
         actions = np.asarray(self._act(self.policy, batch, np.uint32(self._calls)))
         return int(actions[0]) if single else actions

@@ -52,16 +52,19 @@ def natural_key(path: Path) -> list:
 def find_run_dirs(root: Path) -> list[Path]:
     """Every run dir under root, finished or not (a failed job has .hydra/ but no summary.json)."""
     markers = [*root.rglob("summary.json"), *root.rglob("metrics.jsonl")]
-    dirs = {marker.parent for marker in markers} | {hydra.parent.parent for hydra in root.rglob(".hydra/overrides.yaml")}
+    dirs = ({marker.parent for marker in markers}
+            | {hydra.parent.parent for hydra in root.rglob(".hydra/overrides.yaml")})
     return sorted(dirs, key=natural_key)
 
 
 def read_eval_curve(metrics_path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The env steps and per-seed greedy returns of every evaluation line in metrics.jsonl."""
-    records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()] if metrics_path.exists() else []
+    records = ([json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+               if metrics_path.exists() else [])
     evaluations = [r for r in records if "eval/return_per_seed" in r]
     steps = np.array([r["env_steps"] for r in evaluations], dtype=float)
-    returns = np.array([[np.nan if v is None else v for v in r["eval/return_per_seed"]] for r in evaluations], dtype=float)
+    returns = np.array([[np.nan if v is None else v for v in r["eval/return_per_seed"]] for r in evaluations],
+                       dtype=float)
     return steps, returns.reshape(len(evaluations), -1)
 
 
@@ -92,7 +95,8 @@ def load_runs(root: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
 def configuration_overrides(run: Run) -> list[str]:
     """The run's overrides that define what was run: without seed= (one seed of many) and hydra.* (bookkeeping)."""
     keys = [item.split("=", 1)[0].lstrip("+~") for item in run.overrides]
-    return sorted(item for item, key in zip(run.overrides, keys, strict=True) if key != "seed" and not key.startswith(("hydra.", "hydra/")))
+    return sorted(item for item, key in zip(run.overrides, keys, strict=True)
+                  if key != "seed" and not key.startswith(("hydra.", "hydra/")))
 
 
 def configuration_key(run: Run) -> str:
@@ -114,7 +118,8 @@ def display_names(groups: dict[str, list[Run]]) -> tuple[dict[str, str], list[st
     names = {}
     for key, items in override_sets.items():
         config = groups[key][0].config
-        names[key] = " ".join(i for i in items if i not in shared) or f"{config['algo']['name']} on {config['env']['name']}"
+        names[key] = (" ".join(i for i in items if i not in shared)
+                      or f"{config['algo']['name']} on {config['env']['name']}")
     return names, sorted(shared)
 
 
@@ -123,7 +128,8 @@ def iqm(values: np.ndarray, axis: Optional[int] = None) -> np.ndarray:
     return trim_mean(np.asarray(values, dtype=float), 0.25, axis=axis)
 
 
-def iqm_interval(scores: np.ndarray, resamples: int = RESAMPLES, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def iqm_interval(scores: np.ndarray, resamples: int = RESAMPLES,
+                 confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """IQM over seeds and its stratified-bootstrap CI (rliable), for scores [seeds] or [seeds, points].
 
     Returns (IQM, low, high), each a number or [points]. rliable's bootstrap resamples the seeds
@@ -166,16 +172,19 @@ def aggregate_row(runs: Sequence[Run]) -> dict:
     final_iqm, low, high = iqm_interval(finals)
     median = lambda key: float(np.median([seed[key] for seed in solved])) if solved else None
     return {"runs": len(runs), "seeds": len(seeds), "mean_return": float(finals.mean()), "iqm_return": float(final_iqm),
-            "iqm_ci": (float(low), float(high)), "best_policy_iqm": float(iqm(bests)) if len(bests) == len(seeds) else None,
+            "iqm_ci": (float(low), float(high)),
+            "best_policy_iqm": float(iqm(bests)) if len(bests) == len(seeds) else None,
             "solved_count": len(solved), "solved_fraction": None if target is None else len(solved) / len(seeds),
             "stability": pooled_stability(seeds),
-            "median_steps_to_solve": median("solved_at_env_steps"), "median_seconds_to_solve": median("solved_at_seconds"),
+            "median_steps_to_solve": median("solved_at_env_steps"),
+            "median_seconds_to_solve": median("solved_at_seconds"),
             "env_steps_per_second": float(np.mean([run.summary["env_steps_per_second"] for run in runs]))}
 
 
 def format_cells(name: str, row: dict) -> list[str]:
     low, high = row["iqm_ci"]
-    solved = MISSING if row["solved_fraction"] is None else f"{row['solved_fraction']:.2f} ({row['solved_count']}/{row['seeds']})"
+    solved = (MISSING if row["solved_fraction"] is None
+              else f"{row['solved_fraction']:.2f} ({row['solved_count']}/{row['seeds']})")
     optional = lambda value, spec: MISSING if value is None else format(value, spec)
     return [name, str(row["runs"]), str(row["seeds"]), f"{row['mean_return']:.3f}",
             f"{row['iqm_return']:.3f} [{low:.3f}, {high:.3f}]", optional(row["best_policy_iqm"], ".3f"), solved,
@@ -186,14 +195,17 @@ def format_cells(name: str, row: dict) -> list[str]:
 def render_table(cells: Sequence[Sequence[str]], headers: Sequence[str] = HEADERS) -> str:
     """Plain-text table: the name column left-aligned, numbers right-aligned."""
     widths = [max(len(line[i]) for line in [headers, *cells]) for i in range(len(headers))]
-    align = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+    align = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(line, widths, strict=True)))
     return "\n".join([align(headers), "  ".join("-" * w for w in widths), *map(align, cells)])
 
 
-def render_markdown(cells: Sequence[Sequence[str]], notes: Sequence[str], title: str, headers: Sequence[str] = HEADERS) -> str:
+def render_markdown(cells: Sequence[Sequence[str]], notes: Sequence[str], title: str,
+                    headers: Sequence[str] = HEADERS) -> str:
     line = lambda items: "| " + " | ".join(item.replace("|", "\\|") for item in items) + " |"
     rule = "|" + "|".join([":---", *["---:"] * (len(headers) - 1)]) + "|"
-    return "\n".join([f"# {title}", "", line(headers), rule, *map(line, cells), "", *[f"{n}\n" for n in notes]]).rstrip() + "\n"
+    parts = [f"# {title}", "", line(headers), rule, *map(line, cells), "", *[f"{n}\n" for n in notes]]
+    return "\n".join(parts).rstrip() + "\n"
 
 
 def interpolate_finite(grid: np.ndarray, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -205,7 +217,8 @@ def configuration_curve(runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
     """Every seed's returns (seeds, points) on the union of its runs' evaluation steps."""
     grid = np.unique(np.concatenate([run.eval_steps for run in runs]))
     # union grid + np.interp, which holds a run's last value past its end: runs stop early once every seed is solved
-    per_seed = [interpolate_finite(grid, run.eval_steps, column) for run in runs if len(run.eval_steps) for column in run.eval_returns.T]
+    per_seed = [interpolate_finite(grid, run.eval_steps, column)
+                for run in runs if len(run.eval_steps) for column in run.eval_returns.T]
     return grid, np.array(per_seed).reshape(len(per_seed), len(grid))
 
 
@@ -232,7 +245,8 @@ def plot_learning_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]], path:
                                 label=textwrap.fill(f"{name} ({len(per_seed)} seeds)", 110))
             axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         if target_return is not None:
-            axes.axhline(target_return, color="black", linestyle="--", linewidth=1.2, label=f"target_return {target_return:g}")
+            axes.axhline(target_return, color="black", linestyle="--", linewidth=1.2,
+                         label=f"target_return {target_return:g}")
         axes.xaxis.set_major_formatter(FuncFormatter(format_count))
         axes.set(xlabel="env steps (per seed)", ylabel=f"greedy evaluation return\n(mean of {eval_episodes} episodes)",
                  title="Learning curves: IQM over seeds, stratified-bootstrap 95% CI")
@@ -250,7 +264,8 @@ def shared_value(runs: Sequence[Run], key: str) -> set:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m framework.report", description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="a run dir, a multirun dir, or any folder holding run dirs")
-    parser.add_argument("--output", type=Path, default=None, help="where report.md and learning_curves.png go (default: PATH)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="where report.md and learning_curves.png go (default: PATH)")
     return parser.parse_args(argv)
 
 
@@ -263,13 +278,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     runs, skipped = load_runs(root)
     skipped_text = "; ".join(f"{path.relative_to(root)} ({reason})" for path, reason in skipped)
     if not runs:
-        print(f"report: no finished run (a dir with summary.json) under {root}" + (f"; skipped {skipped_text}" if skipped else ""), file=sys.stderr)
+        print(f"report: no finished run (a dir with summary.json) under {root}"
+              + (f"; skipped {skipped_text}" if skipped else ""), file=sys.stderr)
         return 2
     groups = group_runs(runs)
     names, shared = display_names(groups)
     cells = [format_cells(names[key], aggregate_row(group)) for key, group in groups.items()]
     seeds = sum(len(run.summary["seeds"]) for run in runs)
-    final_episodes = "/".join(sorted({str(run.summary.get("final_eval_episodes", "the last periodic")) for run in runs}))
+    final_episodes = "/".join(sorted({str(run.summary.get("final_eval_episodes", "the last periodic"))
+                                      for run in runs}))
     notes = [f"Read {len(runs)} runs ({seeds} seeds) in {len(groups)} configurations from {root}; "
              + (f"skipped {len(skipped)}: {skipped_text}." if skipped else "skipped none."),
              f"Overrides shared by every configuration: {' '.join(shared) or 'none'}.",
@@ -283,8 +300,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         output.mkdir(parents=True, exist_ok=True)
         (output / "report.md").write_text(render_markdown(cells, notes, f"Report: {root}"))
-        plot_learning_curves({names[key]: configuration_curve(group) for key, group in groups.items()}, output / "learning_curves.png",
-                             "/".join(str(e) for e in sorted(episodes, key=str)), targets.pop() if len(targets) == 1 else None)
+        curves = {names[key]: configuration_curve(group) for key, group in groups.items()}
+        plot_learning_curves(curves, output / "learning_curves.png",
+                             "/".join(str(e) for e in sorted(episodes, key=str)),
+                             targets.pop() if len(targets) == 1 else None)
     except OSError as error:
         print(f"report: cannot write into {output}: {error}", file=sys.stderr)
         return 2

@@ -30,7 +30,8 @@ class Conv3x3(nn.Module):
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (3, 3, channels, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         height, width = images.shape[-3] - 2, images.shape[-2] - 2
-        patches = jnp.concatenate([images[..., i:i + height, j:j + width, :] for i in range(3) for j in range(3)], axis=-1)
+        windows = [images[..., i:i + height, j:j + width, :] for i in range(3) for j in range(3)]
+        patches = jnp.concatenate(windows, axis=-1)
         return patches @ kernel.reshape(9 * channels, self.features) + bias
 
 
