@@ -237,7 +237,8 @@ def bench_tabular_q(rounds: int, round_seconds: float) -> None:
     height, width = envs.make("gridworld")[0].grid_shape
     rows = []
     for num_agents in GRID_AGENTS:
-        ours = calibrated(lambda k: tabular_q_workload(num_agents, k), probe_length=max(1, 2**11 // num_agents))
+        ours = calibrated(lambda k, num_agents=num_agents: tabular_q_workload(num_agents, k),
+                          probe_length=max(1, 2**11 // num_agents))
         workloads, ref_cell, mem_cell = [ours], "skipped (memory)", "-"
         steps = reference_steps(num_agents, height, width)
         if steps:
@@ -325,8 +326,8 @@ def bench_cartpole(rounds: int, round_seconds: float) -> None:
     rows = []
     for num_envs in CARTPOLE_ENVS:
         probe = max(8, 2**18 // num_envs)
-        ours = calibrated(lambda t: cartpole_workload("lightspeed", ours_env, ours_params, num_envs, t), probe)
-        theirs = calibrated(lambda t: cartpole_workload("gymnax", gymnax_env, gymnax_params, num_envs, t), probe)
+        ours = calibrated(lambda t, n=num_envs: cartpole_workload("lightspeed", ours_env, ours_params, n, t), probe)
+        theirs = calibrated(lambda t, n=num_envs: cartpole_workload("gymnax", gymnax_env, gymnax_params, n, t), probe)
         interleaved_best([ours, theirs], rounds, round_seconds)
         rows.append([f"{num_envs:,}", f"{ours.length:,}", format_rate(ours.best_rate),
                      format_rate(theirs.best_rate), f"{ours.best_rate / theirs.best_rate:.2f}x"])

@@ -48,7 +48,7 @@ def save_policies(run_dir: Path, which: str, policies: Any, train_cfg: Any, env:
             "observation_shape": list(env.observation_shape), "num_actions": env.num_actions,
             "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds}
     for seed in range(train_cfg.num_seeds):
-        policy = jax.tree.map(lambda leaf: np.asarray(leaf[seed]), policies)
+        policy = jax.tree.map(lambda leaf, seed=seed: np.asarray(leaf[seed]), policies)
         payload = {"policy": serialization.to_state_dict(policy), "meta": {**meta, "seed_index": seed}}
         write_atomically(policy_path(run_dir, seed, which), serialization.msgpack_serialize(payload))
 

@@ -161,7 +161,7 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     template = abstract_policy(algorithm)
     # random policies, not the initial ones: every array must survive the round trip exactly
     leaves, treedef = jax.tree.flatten(template)
-    keys = jax.random.split(jax.random.key(1), len(leaves) * 2)
+    keys = jax.random.split(jax.random.key(1), len(leaves))
     policies = jax.tree.unflatten(treedef, [np.asarray(jax.random.normal(k, (2, *leaf.shape), leaf.dtype))
                                             for k, leaf in zip(keys, leaves, strict=True)])
     save_policies(tmp_path, "final", policies, train_cfg, env)
