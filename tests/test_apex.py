@@ -1,4 +1,7 @@
-"""Ape-X: the epsilon ladder, actor-side priorities by hand, one program that trains (learning: test_learning.py)."""
+"""Ape-X: the epsilon ladder, actor-side priorities by hand, one program that trains and updates its sum tree in
+place (learning: test_learning.py)."""
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,24 @@ from envs import make
 from framework.errors import ConfigError
 from framework.evaluation import make_evaluate
 from framework.parallel import make_mesh
-from framework.trainer import learner_parallel_programs
+from framework.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
+
+SMALL = dict(num_actors=3, envs_per_actor=2, rollout_length=4, buffer_size=512, batch_size=16, learning_starts=25,
+             learner_updates_per_iteration=4, actor_sync_period=4)
+
+
+@pytest.fixture(scope="module")
+def small_apex():
+    """A small Ape-X on CartPole: its config, its programs and its chunk of 6 updates compiled once (one seed)."""
+    env, params = make("cartpole")
+    config = ApexConfig(**SMALL)
+    algorithm = make_apex(config, env, params)
+    evaluate = make_evaluate(env, params, algorithm.act, num_episodes=2)
+    programs = learner_parallel_programs(algorithm, evaluate, make_mesh(1, True, 1), num_updates=6)
+    state = programs.init(jax.random.key(0)[None])
+    # the options the trainer compiles run_chunk with on CPU
+    options = CPU_COMPILER_OPTIONS[1] if jax.default_backend() == "cpu" else {}
+    return config, programs, programs.run_chunk.lower(state).compile(compiler_options=options)
 
 
 def test_epsilon_ladder_values():
@@ -37,20 +57,17 @@ def test_actor_priority_is_abs_td_error_by_hand():
     np.testing.assert_allclose(actor_priorities(params, items, network, True), expected, rtol=1e-5)
 
 
-def test_one_program_trains_and_syncs_the_actors():
-    env, params = make("cartpole")
-    config = ApexConfig(num_actors=3, envs_per_actor=2, rollout_length=4, buffer_size=512, batch_size=16,
-                        learning_starts=25, learner_updates_per_iteration=4, actor_sync_period=4)
-    algorithm = make_apex(config, env, params)
-    evaluate = make_evaluate(env, params, algorithm.act, num_episodes=2)
-    programs = learner_parallel_programs(algorithm, evaluate, make_mesh(1, True, 1), num_updates=6)
+def test_one_program_trains_and_syncs_the_actors(small_apex):
+    config, programs, run_chunk = small_apex
     one_learner = lambda tree: jax.tree.map(lambda x: x[0, 0], tree)  # [device, seed, ...] -> one seed's
-    run = lambda key: jax.tree.map(one_learner, programs.run_chunk(programs.init(key[None])))
+    run = lambda key: jax.tree.map(one_learner, run_chunk(programs.init(key[None])))
     state, metrics = run(jax.random.key(0))
     assert int(state.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
+    epsilons = np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))
     assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
-        f"actors/return_eps_{eps:.3g}" for eps in np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))}
-    for actor, learner in zip(jax.tree.leaves(state.actor_params), jax.tree.leaves(state.train_state.params), strict=True):
+        f"actors/return_eps_{eps:.3g}" for eps in epsilons}
+    learner_params = jax.tree.leaves(state.train_state.params)
+    for actor, learner in zip(jax.tree.leaves(state.actor_params), learner_params, strict=True):
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4
     tree = state.replay_state.sum_tree_state
     np.testing.assert_allclose(tree.nodes[0], tree.nodes[2**tree.tree_depth - 1:].sum(), rtol=1e-6)
@@ -73,3 +90,58 @@ def test_config_checks():
         ApexConfig(priority_alpha=1.5).validate()
     with pytest.raises(ConfigError, match=r"algo\.hidden_sizes=\[100000000\].*from 1 to 8192"):
         ApexConfig(hidden_sizes=[100_000_000]).validate()
+
+
+def _loop_depths(hlo_text: str) -> dict[str, int]:
+    """How many while loops enclose each computation of an HLO module (ENTRY: 0; a while body or
+    condition: one more than the computation holding the while; anything else called: the same)."""
+    callees, order = {}, []
+    called_by = re.compile(r"(body|condition|calls|to_apply|\w+_computations?)=(\{[^}]*\}|%[\w.\-]+)")
+    for line in hlo_text.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            name = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
+            order.append(name)
+            callees[name] = []
+        elif order:
+            for kind, called in called_by.findall(line):
+                for callee in re.findall(r"%[\w.\-]+", called):
+                    callees[order[-1]].append((callee, int(kind in ("body", "condition"))))
+    entry = [line.split()[1] for line in hlo_text.splitlines() if line.startswith("ENTRY")][0]
+    depths, frontier = {entry: 0}, [entry]
+    while frontier:  # the call graph is acyclic; keep the deepest nesting found
+        caller = frontier.pop()
+        for callee, extra in callees[caller]:
+            if depths.get(callee, -1) < depths[caller] + extra:
+                depths[callee] = depths[caller] + extra
+                frontier.append(callee)
+    return depths
+
+
+def _tree_copies_by_depth(hlo_text: str, num_nodes: int) -> dict[int, list[str]]:
+    """`copy` instructions of an f32 array whose last axis has `num_nodes` elements (the sum tree, with
+    or without its seed and device axes), grouped by how many loops enclose them."""
+    depths, copies, computation = _loop_depths(hlo_text), {}, None
+    tree_array = re.compile(rf"f32\[(\d+,)*{num_nodes}\]")
+    for line in hlo_text.splitlines():
+        if line and not line.startswith(" ") and line.rstrip().endswith("{"):
+            computation = line.split()[1] if line.startswith("ENTRY") else line.split()[0]
+        elif " copy(" in line and tree_array.search(line.split(" copy(")[0]):
+            copies.setdefault(depths[computation], []).append(line.strip())
+    return copies
+
+
+def test_the_learner_loop_updates_the_sum_tree_in_place(small_apex):
+    # a read of the tree that no priority write depends on (e.g. probabilities gathered from the leaves
+    # after the walk) made XLA copy the whole tree twice per learner batch: Ape-X ran at half speed at 100k
+    # items. This compiles the trainer's own chunk of Ape-X updates (actors, replay writes, learner scan).
+    config, _, run_chunk = small_apex
+    hlo = run_chunk.as_text()
+    num_nodes = 2 * config.buffer_size - 1  # 512 leaves (a power of two) and their ancestors
+    assert re.search(rf"f32\[(\d+,)*{num_nodes}\]", hlo), "the sum tree is not where this test looks for it"
+    copies = _tree_copies_by_depth(hlo, num_nodes)
+    # loops: the chunk's updates (1) > the learner's batches (2) > the tree's levels (3). Reading the leaves
+    # after the walk put two copies at depth 2 (seen on a scratch sample that did). One copy per update is
+    # there today: the learner loop starts from a copy because the tree before learning stays live for
+    # the `ready` select after it
+    assert {depth: lines for depth, lines in copies.items() if depth >= 2} == {}
+    assert len(copies.get(1, [])) <= 1, copies[1]
