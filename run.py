@@ -21,7 +21,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from framework.cli import preflight  # noqa: E402
 from framework.config import register_schemas  # noqa: E402
-from framework.errors import ConfigError, TrainingDiverged  # noqa: E402
+from framework.errors import ConfigError, PluginError, TrainingDiverged  # noqa: E402
 
 register_schemas()
 sys.argv[1:] = preflight(sys.argv[1:])  # Hydra reads sys.argv itself
@@ -32,7 +32,7 @@ STOP_EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
 
 
 class JobFailed(RuntimeError):
-    """One job of a multirun that stopped with a config error (already reported on stderr)."""
+    """One job of a multirun that stopped with a config or plugin error (already reported on stderr)."""
 
 
 def stopped_message(summary: dict, hydra_cfg: Any, multirun: bool) -> str:
@@ -57,10 +57,12 @@ def main(cfg: DictConfig) -> float | None:
     sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if multirun else None
     try:
         summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group)
-    except ConfigError as error:
+    except (ConfigError, PluginError) as error:  # bad input, or a plugin's bug: found before compiling
         print(error, file=sys.stderr)
         if multirun:  # Hydra records the failed job, runs the others and exits non-zero at the end
-            raise JobFailed(f"job {hydra_cfg.job.num} failed: invalid config") from None
+            reason = (f"the {error.kind} {error.name!r} is broken" if isinstance(error, PluginError)
+                      else "invalid config")
+            raise JobFailed(f"job {hydra_cfg.job.num} failed: {reason}") from None
         sys.exit(2)
     except TrainingDiverged as error:
         print(error, file=sys.stderr)

@@ -239,4 +239,5 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     return Algorithm(init, update, policy, act, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",
-                     state_metrics=replay_metrics)
+                     state_metrics=replay_metrics,
+                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")))

@@ -191,4 +191,5 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
     return Algorithm(init, update, policy, act, env_steps_per_update=config.train_every,
-                     health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps")
+                     health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps",
+                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")))

@@ -1,8 +1,18 @@
-"""The algorithm contract: pure functions of one seed's state, closed over config and env."""
+"""The algorithm contract: pure functions of one seed's state, closed over config and env.
+
+`check_fields` checks an algorithm when it is built, `check_outputs` what its functions return once the
+trainer has traced them, both before anything compiles: a broken contract is a one-paragraph PluginError
+naming the algorithm and the field, not a KeyError in the first chunk.
+"""
+import numbers
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+
+from framework.errors import PluginError
 
 Metrics = dict[str, jax.Array]
 
@@ -36,3 +46,75 @@ class Algorithm(NamedTuple):
     # Optional metrics of a seed's state alone (state -> metrics), computed once per chunk from its
     # final state instead of after every update: for statistics over big arrays, e.g. the replay.
     state_metrics: Optional[Callable[[Any], Metrics]] = None
+    # The metrics a log line shows after the evaluation, as (metric, label) pairs, e.g.
+    # (("train/episode_return", "train return"), ("train/loss", "loss")); all go to metrics.jsonl anyway.
+    headline_metrics: tuple[tuple[str, str], ...] = ()
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and all(isinstance(name, str) for name in value)
+
+
+def check_fields(name: str, algorithm: Any) -> None:
+    """The fields of what an algorithm's factory returned (PluginError otherwise)."""
+    def require(condition: bool, problem: str, allowed: str) -> None:
+        if not condition:
+            raise PluginError("algorithm", name, problem, allowed)
+
+    require(isinstance(algorithm, Algorithm), f"its factory returned a {type(algorithm).__name__}",
+            "a framework.algorithm.Algorithm")
+    for field in ("init", "update", "policy", "act"):
+        value = getattr(algorithm, field)
+        require(callable(value), f"{field}={value!r}", "a function (see the field's comment)")
+    for field in ("save_artifacts", "state_metrics"):
+        value = getattr(algorithm, field)
+        require(value is None or callable(value), f"{field}={value!r}", "None or a function")
+    steps = algorithm.env_steps_per_update
+    require(isinstance(steps, numbers.Integral) and not isinstance(steps, bool) and steps >= 1,
+            f"env_steps_per_update={steps!r}", "a positive integer: the env transitions one update makes in one seed")
+    for field in ("population_policy", "parallel_learners"):
+        value = getattr(algorithm, field)
+        require(isinstance(value, (bool, np.bool_)), f"{field}={value!r}", "True or False")
+    for field in ("counters", "health_metrics"):
+        value = getattr(algorithm, field)
+        require(_names(value), f"{field}={value!r}", "a tuple of metric names, e.g. (\"train/loss\",)")
+    headline = algorithm.headline_metrics
+    require(isinstance(headline, (tuple, list)) and all(_names(pair) and len(pair) == 2 for pair in headline),
+            f"headline_metrics={headline!r}",
+            "a tuple of (metric, label) pairs, e.g. ((\"train/loss\", \"loss\"),)")
+    steps_metric = algorithm.learner_steps
+    require(steps_metric is None or isinstance(steps_metric, str), f"learner_steps={steps_metric!r}",
+            "None or a metric name")
+    require(not algorithm.health_metrics or steps_metric is not None,
+            f"health_metrics={tuple(algorithm.health_metrics)!r} with learner_steps=None",
+            "learner_steps naming the metric that counts learner steps (health metrics may be NaN until it is "
+            "above 0, and are checked from then on), or no health_metrics")
+
+
+def check_outputs(name: str, algorithm: Algorithm, metrics: Any, seed_dims: tuple[int, ...], policy: Any,
+                  observation: jax.ShapeDtypeStruct, num_episodes: int) -> None:
+    """What the traced functions return (shapes only, before compiling): `metrics`, a chunk's metrics over
+    every seed (leading dims `seed_dims`), and `act` on a batch of `num_episodes` observations for one
+    seed's abstract `policy`."""
+    def require(condition: bool, problem: str, allowed: str) -> None:
+        if not condition:
+            raise PluginError("algorithm", name, problem, allowed)
+
+    require(isinstance(metrics, dict) and all(isinstance(key, str) for key in metrics),
+            f"update returned metrics of type {type(metrics).__name__}", "a flat dict of metric name -> scalar")
+    for key, value in metrics.items():
+        require(tuple(value.shape) == seed_dims, f"the metric {key!r} has shape {tuple(value.shape[len(seed_dims):])} "
+                "per seed", "a scalar per seed (a mean, a count): update and state_metrics return one seed's metrics")
+    named = {"counters": tuple(algorithm.counters), "health_metrics": tuple(algorithm.health_metrics),
+             "learner_steps": (algorithm.learner_steps,) if algorithm.learner_steps else (),
+             "headline_metrics": tuple(metric for metric, _ in algorithm.headline_metrics)}
+    for field, wanted in named.items():
+        missing = [metric for metric in wanted if metric not in metrics]
+        require(not missing, f"{field} names {', '.join(map(repr, missing))}, which update and state_metrics "
+                "do not return", f"names of the metrics they return: {', '.join(sorted(metrics))}")
+    batch = jax.ShapeDtypeStruct((num_episodes, *observation.shape), observation.dtype)
+    actions = jax.eval_shape(lambda policy, obs: algorithm.act(policy, obs, jax.random.key(0)), policy, batch)
+    require(isinstance(actions, jax.ShapeDtypeStruct) and actions.shape == (num_episodes,)
+            and jnp.issubdtype(actions.dtype, jnp.integer),
+            f"act(policy, obs [{num_episodes}, ...], key) returned {actions!r}",
+            f"[{num_episodes}] integer actions, one per observation of the batch")

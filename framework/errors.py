@@ -1,5 +1,6 @@
 """The errors a run reports as one paragraph on stderr, without a traceback: ConfigError (a bad config
-value, exit status 2) and TrainingDiverged (a non-finite loss or Q-value, exit status 3)."""
+value, exit status 2), PluginError (an env or algorithm that breaks the framework's contract, exit status
+2) and TrainingDiverged (a non-finite loss or Q-value, exit status 3)."""
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ def check(condition: bool, key: str, value: Any, allowed: str, reason: str = "")
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+            and abs(value) != float("inf"))
 
 
 def check_number(key: str, value: Any, low: float | None = None, high: float | None = None,
@@ -54,8 +56,23 @@ def check_writable_dir(path: Path, key: str = "hydra.run.dir") -> None:
         probe.write_bytes(b"\0" * 4096)
         probe.unlink()
     except OSError as error:
-        raise ConfigError(key, str(path), "a writable directory with free space", error.strerror or str(error)) from None
+        raise ConfigError(key, str(path), "a writable directory with free space",
+                          error.strerror or str(error)) from None
 
 
 class TrainingDiverged(RuntimeError):
     """A loss or Q-value became non-finite; the message names the metric, the seed and the env step."""
+
+
+class PluginError(Exception):
+    """An env or algorithm (built in or a plugin) that breaks the framework's contract, found when it is built
+    or traced, before anything compiles. Its author's bug, not the user's config, so not a ConfigError (whose
+    "Invalid config: key=value" would send the user after a value they did not get wrong): the message
+    names the plugin, the field or function, what it got and what the framework needs."""
+
+    def __init__(self, kind: str, name: str, problem: str, allowed: str):
+        self.kind, self.name = kind, name
+        documented = {"algorithm": "framework/algorithm.py", "env": "framework/env.py"}[kind]
+        super().__init__(f"The {kind} {name!r} breaks the framework's contract: {problem}. Allowed: {allowed}. "
+                         f"This is a bug in the {kind}'s code, not in the config ({documented} documents the "
+                         "contract).")

@@ -5,18 +5,21 @@ Third-party packages add their own with entry points in the groups `lightspeed.e
 """
 import dataclasses
 import importlib
+import numbers
 from importlib.metadata import entry_points
 from typing import Any, Callable, Optional
 
-from framework.errors import ConfigError, check
+import jax
+
+from framework.algorithm import check_fields
+from framework.errors import ConfigError, PluginError, check
 
 ENTRY_POINT_GROUPS = {"env": "lightspeed.envs", "algo": "lightspeed.algorithms"}
 BUILTIN_MODULES = {"env": ("envs",), "algo": ("algorithms",)}
 
 
-# What observations are, for an algorithm to say what it consumes and an env what it gives:
-# "vector" features [D], "image" [H, W, C], "cell" grid indices (tabular agents).
-OBSERVATION_KINDS = ("vector", "image", "cell")
+# What observations are, for an algorithm to say what it consumes and an env what it gives: "vector"
+# features [D], "image" [H, W, C], "cell" grid indices (tabular agents). Networks take the first two.
 NETWORK_INPUTS = ("vector", "image")
 
 
@@ -91,7 +94,8 @@ def build_config(kind: str, name: str, overrides: dict[str, Any]) -> Any:
     allowed_keys = {f.name for f in dataclasses.fields(config_class)} - {"name"}
     for key in overrides:
         if key not in allowed_keys:
-            raise ConfigError(f"{kind}.{key}", overrides[key], f"keys of {kind}={name}: {', '.join(sorted(allowed_keys))}", "unknown key")
+            raise ConfigError(f"{kind}.{key}", overrides[key],
+                              f"keys of {kind}={name}: {', '.join(sorted(allowed_keys))}", "unknown key")
     config = config_class(**overrides)
     config.validate()
     return config
@@ -115,16 +119,37 @@ def with_encoding(env_config: Any, algo: Entry) -> Any:
                               f"{wants}; env={env_config.name} gives {', '.join(sorted(set(encodings.values())))}")
         return dataclasses.replace(env_config, observation=usable[0])
     check(env_config.observation in usable, "env.observation", env_config.observation,
-          f"{' or '.join(usable) if usable else 'none of ' + ', '.join(encodings)}, or null to let the algorithm choose",
+          f"{' or '.join(usable) if usable else 'none of ' + ', '.join(encodings)}, "
+          "or null to let the algorithm choose",
           f"{wants}; {env_config.observation} gives {encodings.get(env_config.observation)}")
     return env_config
 
 
+def check_env(name: str, env: Any, env_params: Any) -> None:
+    """An env's declared `observation_shape` and `num_actions` against what its `reset_env` returns (traced
+    only, nothing runs): an algorithm sizes its network and replay from the declared ones."""
+    declared = getattr(env, "observation_shape", None)
+    is_count = lambda value: isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+    if not (isinstance(declared, (tuple, list)) and all(is_count(size) for size in declared)):
+        raise PluginError("env", name, f"observation_shape={declared!r}", "a tuple of positive ints, e.g. (4,)")
+    actions = getattr(env, "num_actions", None)
+    if not is_count(actions):
+        raise PluginError("env", name, f"num_actions={actions!r}", "a positive int")
+    obs, _ = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))
+    if tuple(obs.shape) != tuple(declared):
+        raise PluginError("env", name, f"reset_env returns observations of shape {tuple(obs.shape)} where "
+                          f"observation_shape declares {declared}", "the two the same: one observation, unbatched")
+
+
 def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
-    """(env, env_params, algorithm) from validated env and algo configs (may raise ConfigError)."""
+    """(env, env_params, algorithm) from validated env and algo configs (may raise ConfigError, or
+    PluginError when the env or the algorithm breaks its contract)."""
     algo = lookup("algo", algo_config.name)
     env, env_params = lookup("env", env_config.name).factory(with_encoding(env_config, algo))
+    check_env(env_config.name, env, env_params)
     kind = observation_kind(env)
     check(kind in algo.consumes, "env", env_config.name, f"an env whose observations are {' or '.join(algo.consumes)}",
           f"algo={algo.name} cannot take its {kind} observations of shape {list(env.observation_shape)}")
-    return env, env_params, algo.factory(algo_config, env, env_params)
+    algorithm = algo.factory(algo_config, env, env_params)
+    check_fields(algo.name, algorithm)
+    return env, env_params, algorithm

@@ -22,7 +22,7 @@ from jax.sharding import Mesh, PartitionSpec
 from omegaconf import DictConfig, OmegaConf
 
 from framework import registry
-from framework.algorithm import Algorithm
+from framework.algorithm import Algorithm, check_outputs
 from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
 from framework.config import TrainConfig, chunk_updates, validated
 from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
@@ -109,7 +109,8 @@ def seed_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, me
                     evaluation_on_mesh(evaluate_one_seed, mesh, learners=False))
 
 
-def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, num_updates: int) -> Programs:
+def learner_parallel_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh,
+                              num_updates: int) -> Programs:
     """Every device runs every seed's learner and actors: state [device, seed, ...]."""
     devices, everywhere = PartitionSpec(DEVICE_AXIS), PartitionSpec()
     on_mesh = lambda fn, in_specs: jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=devices, check_vma=False)
@@ -150,12 +151,9 @@ def rate_name(counter: str) -> str:
     return f"perf/{counter.replace('/', '_')}_per_second"
 
 
-# the few numbers a log line shows (the rest goes to metrics.jsonl and the loggers)
-HEADLINE_METRICS = (("train/episode_return", "train return"), ("train/loss", "loss"))
-
-
-def format_line(record: dict, solved: Optional[str]) -> str:
-    """One log line: env steps, speed, the evaluation across seeds, how many are solved, the headline metrics."""
+def format_line(record: dict, solved: Optional[str], headline_metrics: tuple[tuple[str, str], ...] = ()) -> str:
+    """One log line: env steps, speed, the evaluation across seeds, how many are solved, and the few metrics
+    the algorithm names as its headline, as (metric, label) pairs (the rest goes to metrics.jsonl)."""
     parts = [f"{record['env_steps']:>11,} env steps", f"{record['perf/env_steps_per_second']:>10,.0f} steps/s"]
     if "eval/return" in record:
         per_seed = record["eval/return_per_seed"]
@@ -163,7 +161,7 @@ def format_line(record: dict, solved: Optional[str]) -> str:
         parts.append(f"eval {record['eval/return']:.4g}{spread}")
     if solved is not None:
         parts.append(f"solved {solved}")
-    parts += [f"{label} {record[key]:.4g}" for key, label in HEADLINE_METRICS if key in record]
+    parts += [f"{label} {record[key]:.4g}" for key, label in headline_metrics if key in record]
     return "  ".join(parts)
 
 
@@ -182,10 +180,13 @@ SEED, EVAL_INDEX = jax.ShapeDtypeStruct((), np.uint32), jax.ShapeDtypeStruct((),
 
 def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Mesh, updates_per_chunk: int,
                      num_seeds: int, before_compiling: Callable[[Any], None] = lambda abstract_state: None,
-                     final_evaluate_one_seed: Optional[Callable] = None) -> SeededPrograms:
+                     final_evaluate_one_seed: Optional[Callable] = None,
+                     check_outputs: Callable[[Any, Any], None] = lambda abstract_state, abstract_metrics: None
+                     ) -> SeededPrograms:
     """The run's programs for its layout, compiled ahead of time and side by side.
 
-    `before_compiling(abstract_state)` may still refuse the run (ConfigError) at no compile cost.
+    `before_compiling(abstract_state)` may still refuse the run (ConfigError) at no compile cost, and so
+    may `check_outputs(abstract_state, abstract_metrics)` (PluginError), once the chunk is traced.
     `final_evaluate_one_seed` (more episodes) gets its own program; None: the periodic one serves.
     """
     learners = algorithm.parallel_learners
@@ -206,7 +207,9 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
     # are traced (Python) and built while it compiles
     with ThreadPoolExecutor(4) as pool:
         submit = lambda lowered, options: pool.submit(lowered.compile, compiler_options=options)
-        chunk_build = submit(programs.run_chunk.lower(abstract_state), chunk_options)
+        chunk_lowered = programs.run_chunk.lower(abstract_state)
+        check_outputs(abstract_state, chunk_lowered.out_info[1])
+        chunk_build = submit(chunk_lowered, chunk_options)
         init_build = submit(init_from_seed.lower(SEED), init_options)
         evaluate_build = submit(evaluate_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
         final_build = (submit(final_from_seed.lower(abstract_policies, SEED, EVAL_INDEX), evaluate_options)
@@ -289,7 +292,8 @@ def format_outputs(run_dir: Path) -> list[str]:
     notes = {"summary.json": " (the result)"}
     listed = ", ".join(name + ("/" if entries[name].is_dir() else "") + notes.get(name, "") for name in order)
     where = shown_path(run_dir)
-    return [f"outputs in {where}: {listed}", f"play the saved policies: python -m framework.evaluate {shlex.quote(where)}"]
+    return [f"outputs in {where}: {listed}",
+            f"play the saved policies: python -m framework.evaluate {shlex.quote(where)}"]
 
 
 def learning_curve_title(algo_name: str, env: Any) -> str:
@@ -386,8 +390,17 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
                                if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
     compile_start = time.time()
     fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
+    seed_dims = (mesh.size, num_seeds) if learners else (num_seeds,)
+    observation = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))[0]
+
+    def outputs(abstract_state: Any, abstract_metrics: Any) -> None:
+        one_seed = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[len(seed_dims):], leaf.dtype),
+                                abstract_state)
+        check_outputs(train_cfg.algo.name, algorithm, abstract_metrics, seed_dims,
+                      jax.eval_shape(algorithm.policy, one_seed), observation, train_cfg.eval_episodes)
+
     programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits,
-                                final_evaluate_one_seed)
+                                final_evaluate_one_seed, outputs)
     run_seed = np.uint32(train_cfg.seed)
     state = programs.init(run_seed)
     run = Run(programs, algorithm, mesh, run_seed, num_seeds, num_chunks, updates_per_chunk * env_steps_per_update,
@@ -398,9 +411,11 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
 def open_run_dir(train_cfg: TrainConfig, cfg: DictConfig, run_dir: Path) -> Optional[Checkpointer]:
     """Check the run dir against resume, write the resolved config; the checkpointer, if the run keeps any."""
     check_writable_dir(run_dir)
-    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if train_cfg.checkpoint.every or train_cfg.resume else None
+    keeps = train_cfg.checkpoint.every or train_cfg.resume
+    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if keeps else None
     if train_cfg.resume and checkpointer.latest_step() is None:
-        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint", f"none in {run_dir / CHECKPOINT_DIR}")
+        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint",
+                          f"none in {run_dir / CHECKPOINT_DIR}")
     if train_cfg.resume:
         check_resumable(run_dir, cfg)
     if not train_cfg.resume:
@@ -442,7 +457,8 @@ def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, sum
                             train_cfg.target_return, learning_curve_title(train_cfg.algo.name, env))
 
 
-def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, sweep_group: Optional[str] = None) -> dict:
+def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
+          sweep_group: Optional[str] = None) -> dict:
     """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
 
     Under several processes every process runs the same loop on its devices; the first one alone writes.
@@ -456,7 +472,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
     env, env_params, algorithm = build(train_cfg)
     writer = is_writer()
     checkpointer = open_run_dir(train_cfg, cfg, run_dir)
-    run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir, train_cfg.checkpoint.keep if checkpointer else 0)
+    run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir,
+                             train_cfg.checkpoint.keep if checkpointer else 0)
     if not gc.isenabled():  # run.py pauses the collector through startup; its objects stay out of later scans
         gc.freeze()
         gc.enable()
@@ -470,7 +487,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
         progress = saved
     if writer:  # drop log lines written after the checkpoint resumed from (a fresh run: all of them)
         keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    loggers = make_loggers(train_cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group) if writer else Loggers([])
+    loggers = (make_loggers(train_cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
+               if writer else Loggers([]))
     latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
     summary, stop, last, interrupted_by = None, StopRequest(), False, None
     solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
@@ -491,7 +509,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                     progress["train_seconds"] += time.time() - chunk_start
                     steps_per_second = run.num_seeds * env_steps / progress["train_seconds"]
                     last = chunk == run.num_chunks - 1
-                    crossed = lambda every: every > 0 and env_steps // every > previous // every
+                    crossed = lambda every, now=env_steps, before=previous: every > 0 and now // every > before // every
                     if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
                         record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
                                               progress["train_seconds"])
@@ -501,7 +519,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None, s
                         loggers.log(record)
                         progress["metrics_lines"] += 1
                         if writer:
-                            print_line(format_line(record, solved()))
+                            print_line(format_line(record, solved(), algorithm.headline_metrics))
                     bar.update(env_steps, steps_per_second, latest_eval)
                     progress["chunk"] = chunk + 1
                     if stop.requested and checkpointer is None:
