@@ -57,7 +57,8 @@ class GridWorldConfig:
             check(getattr(self, key) <= MAX_SIDE, f"env.{key}", getattr(self, key), f"an integer from 1 to {MAX_SIDE}",
                   "the grid is checked cell by cell and every agent keeps a Q-value per cell")
         check(self.height * self.width >= 2, "env.width", self.width,
-              "a grid of at least 2 cells (height * width >= 2)", "a 1x1 grid has no room for a start and a distinct goal")
+              "a grid of at least 2 cells (height * width >= 2)",
+              "a 1x1 grid has no room for a start and a distinct goal")
         check_number("env.step_reward", self.step_reward)
         check_positive_int("env.max_steps", self.max_steps)
         check(isinstance(self.random_start, bool), "env.random_start", self.random_start, "true or false")
@@ -70,9 +71,11 @@ class GridWorldConfig:
             _check_cell(f"env.walls[{index}]", wall, self.height, self.width)
         walls = walls_mask(self.height, self.width, self.walls)
         start, goal = tuple(self.start), tuple(self.goal)
-        check(not walls[start], "env.start", _plain(self.start), "a cell that is not listed in env.walls", "the start cell is a wall")
-        check(not walls[goal], "env.goal", _plain(self.goal), "a cell that is not listed in env.walls", "the goal cell is a wall")
-        check(start != goal, "env.goal", _plain(self.goal), "a cell different from env.start", "the goal is the start cell")
+        not_a_wall = "a cell that is not listed in env.walls"
+        check(not walls[start], "env.start", _plain(self.start), not_a_wall, "the start cell is a wall")
+        check(not walls[goal], "env.goal", _plain(self.goal), not_a_wall, "the goal cell is a wall")
+        check(start != goal, "env.goal", _plain(self.goal), "a cell different from env.start",
+              "the goal is the start cell")
         distances = shortest_path_lengths(self.height, self.width, walls, goal)
         check(distances[start] >= 0, "env.walls", _plain(self.walls),
               "walls that leave a path of free cells (4-neighbour moves) from env.start to env.goal",
@@ -263,14 +266,16 @@ COLOURS = {"free": (245, 245, 245), "wall": (60, 60, 60), "goal": (80, 180, 80),
            "path": (40, 90, 200), "agent": (220, 50, 50), "grid": (200, 200, 200)}
 
 
-def draw_grid(walls: np.ndarray, start: Sequence[int], goal: Sequence[int], path: Sequence[Sequence[int]]) -> np.ndarray:
+def draw_grid(walls: np.ndarray, start: Sequence[int], goal: Sequence[int],
+              path: Sequence[Sequence[int]]) -> np.ndarray:
     """The grid (walls, start, goal), the cells visited so far joined by a line, the agent at the last one."""
     from PIL import Image, ImageDraw  # Pillow (matplotlib's dependency), only when drawing
 
     height, width = walls.shape
     image = Image.new("RGB", (width * CELL_PIXELS, height * CELL_PIXELS), COLOURS["free"])
     draw = ImageDraw.Draw(image)
-    box = lambda row, col: [col * CELL_PIXELS, row * CELL_PIXELS, (col + 1) * CELL_PIXELS - 1, (row + 1) * CELL_PIXELS - 1]
+    box = lambda row, col: [col * CELL_PIXELS, row * CELL_PIXELS,
+                            (col + 1) * CELL_PIXELS - 1, (row + 1) * CELL_PIXELS - 1]
     centre = lambda row, col: ((col + 0.5) * CELL_PIXELS, (row + 0.5) * CELL_PIXELS)
     for row in range(height):
         for col in range(width):

@@ -78,7 +78,8 @@ def draw_channels(observation: np.ndarray) -> np.ndarray:
     """An [H, W, C] grid of 0/1 channels as coloured cells on black, CELL_PIXELS a cell."""
     occupied = observation.astype(bool)
     topmost = occupied.shape[-1] - 1 - np.argmax(occupied[..., ::-1], axis=-1)
-    frame = np.where(occupied.any(axis=-1)[..., None], CHANNEL_COLOURS[topmost % len(CHANNEL_COLOURS)], 0).astype(np.uint8)
+    colours = CHANNEL_COLOURS[topmost % len(CHANNEL_COLOURS)]
+    frame = np.where(occupied.any(axis=-1)[..., None], colours, 0).astype(np.uint8)
     return frame.repeat(CELL_PIXELS, axis=0).repeat(CELL_PIXELS, axis=1)
 
 

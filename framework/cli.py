@@ -34,7 +34,8 @@ def _split_choices(value: str) -> list[str]:
 
 
 def check_group_choices(overrides: Sequence[str]) -> None:
-    """An unknown `algo=`, `env=`, `logger=`, `distributed=` or `+sweep=` option names the group and lists the known ones."""
+    """An unknown `algo=`, `env=`, `logger=`, `distributed=` or `+sweep=` option names the group and lists
+    the known ones."""
     for override in overrides:
         group, separator, value = override.lstrip("+~").partition("=")
         if not separator or group not in ("algo", "env", "logger", "distributed", "sweep"):

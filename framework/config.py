@@ -1,8 +1,10 @@
 """Structured config schema (Hydra ConfigStore) and the value checks run before compiling.
 
-Every registered env and algorithm brings a dataclass schema. It is stored as
-`schema/<group>/<name>` (the built-in YAML files in conf/ extend it) and, when conf/ has no
-YAML of that name (a third-party plugin), as the group option `<group>/<name>` itself.
+The dataclasses hold every default; a YAML in conf/ holds only what its option changes. Every
+registered env and algorithm brings a dataclass schema. It is stored as the config
+`<group>_<name>_schema` (outside any group, so `--help` lists only the groups a user chooses from;
+the built-in YAML files in conf/ extend it) and, when conf/ has no YAML of that name (a third-party
+plugin), as the group option `<group>/<name>` itself.
 """
 import dataclasses
 import importlib.util
@@ -96,12 +98,12 @@ class TrainConfig:
     num_seeds: int = 1  # independent runs vmapped in one program
     num_devices: Optional[int] = None  # devices to run on (null: all that JAX sees, on every process)
     total_env_steps: int = 100_000  # per seed, over all of its envs
-    eval_every: int = 10_000
+    eval_every: int = 10_000  # env steps between periodic evaluations (the learning curve's points)
     eval_episodes: int = 16  # greedy episodes of each periodic evaluation (the learning curve)
     final_eval_episodes: int = 100  # greedy episodes of the final evaluation (the result)
     target_return: Optional[float] = None  # stop once every seed is solved (solve_window evaluations in a row)
     solve_window: int = 3  # consecutive periodic evaluations >= target_return that make a seed solved
-    log_every: int = 10_000
+    log_every: int = 10_000  # env steps between log lines (and metrics.jsonl records)
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     resume: bool = False  # continue from the newest checkpoint in the run dir
@@ -115,7 +117,8 @@ class TrainConfig:
         check_positive_int("num_seeds", self.num_seeds)
         if self.num_devices is not None:
             check_positive_int("num_devices", self.num_devices)
-        for key in ("total_env_steps", "eval_every", "eval_episodes", "final_eval_episodes", "solve_window", "log_every"):
+        for key in ("total_env_steps", "eval_every", "eval_episodes", "final_eval_episodes", "solve_window",
+                    "log_every"):
             check_positive_int(key, getattr(self, key))
         if self.target_return is not None:
             check_number("target_return", self.target_return)
@@ -128,12 +131,12 @@ def register_schemas() -> None:
     registry.load_plugins()
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
-    store.store(group="schema/logger", name="logger", node=LoggerConfig)
-    store.store(group="schema/distributed", name="distributed", node=DistributedConfig)
+    store.store(name="logger_schema", node=LoggerConfig)
+    store.store(name="distributed_schema", node=DistributedConfig)
     for group, kind in (("env", "env"), ("algo", "algo")):
         for name in registry.known(kind):
             config_class = registry.lookup(kind, name).config_class
-            store.store(group=f"schema/{group}", name=name, node=config_class)
+            store.store(name=f"{group}_{name}_schema", node=config_class)
             if not (CONF_DIR / group / f"{name}.yaml").exists():
                 store.store(group=group, name=name, node=config_class)
 
@@ -146,7 +149,8 @@ def check_known_keys(node: DictConfig, config_class: type, prefix: str = "") -> 
     """Keys appended with `+key=value` that the schema does not know are errors, not ignored."""
     fields = {f.name for f in dataclasses.fields(config_class)}
     for key in node:
-        check(key in fields, f"{prefix}{key}", node[key], f"keys of this schema: {', '.join(sorted(fields))}", "unknown key")
+        check(key in fields, f"{prefix}{key}", node[key], f"keys of this schema: {', '.join(sorted(fields))}",
+              "unknown key")
 
 
 def validated(cfg: DictConfig) -> TrainConfig:
@@ -182,4 +186,5 @@ def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, i
     return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))
 
 
-__all__ = ["ConfigError", "CheckpointConfig", "DistributedConfig", "LoggerConfig", "TrainConfig", "register_schemas", "validated", "chunk_updates"]
+__all__ = ["ConfigError", "CheckpointConfig", "DistributedConfig", "LoggerConfig", "TrainConfig", "register_schemas",
+           "validated", "chunk_updates"]

@@ -52,7 +52,8 @@ class Corridor(Environment):
     def step_env(self, key, position, action, params):
         position = jnp.clip(position + 2 * action - 1, 0, params.length)
         terminated = position == params.length
-        return position.astype(jnp.float32)[None], position, terminated.astype(jnp.float32), terminated, jnp.bool_(False), {}
+        reward = terminated.astype(jnp.float32)
+        return position.astype(jnp.float32)[None], position, reward, terminated, jnp.bool_(False), {}
 
 
 @register_env("corridor", config=CorridorConfig)
@@ -124,7 +125,8 @@ def test_plugin_runs_through_run_py(plugin_path, tmp_path):
 def test_plugin_options_are_listed_and_checked(plugin_path, tmp_path):
     result = run_cli("algo=nope", run_dir=tmp_path, env={"PYTHONPATH": str(plugin_path)})
     assert result.returncode == 2 and "rightward" in result.stderr and "tabular_q" in result.stderr
-    result = run_cli("algo=rightward", "env=corridor", "env.length=1", run_dir=tmp_path, env={"PYTHONPATH": str(plugin_path)})
+    result = run_cli("algo=rightward", "env=corridor", "env.length=1", run_dir=tmp_path,
+                     env={"PYTHONPATH": str(plugin_path)})
     assert result.returncode == 2 and "env.length" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -144,11 +146,135 @@ def test_envs_make_applies_and_checks_overrides():
         envs.make("gridworld", colour="red")
 
 
+def own_keys(path) -> dict:
+    """What a file in conf/ writes itself (its defaults list left out), interpolations unresolved."""
+    from omegaconf import OmegaConf
+
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    own.pop("defaults", None)
+    return own
+
+
+def is_interpolation(value) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def repeated_keys(own: dict, beneath: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """The keys of `own` that only repeat the value beneath them (interpolations are never repeats)."""
+    repeats = []
+    for key, value in own.items():
+        if is_interpolation(value):
+            continue
+        if isinstance(value, dict) and value and isinstance(beneath.get(key), dict):
+            repeats += repeated_keys(value, beneath[key], f"{prefix}{key}.")
+        elif key in beneath and value == beneath[key]:
+            repeats.append((f"{prefix}{key}", value))
+    return repeats
+
+
+def dataclass_defaults(config_class: type) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(config_class), resolve=False)
+
+
+RUN_KEYS = ("total_env_steps", "eval_every", "log_every", "eval_episodes", "final_eval_episodes")
+
+
 @pytest.mark.parametrize("algo", ["apex", "dqn", "tabular_q"])
 def test_an_algorithms_config_class_defaults_to_what_its_yaml_runs(algo):
-    """`make_apex(ApexConfig(), ...)` from Python builds the algorithm `algo=apex` runs (no env-specific layer)."""
-    ran = validated(compose_config(f"algo={algo}", "env=gridworld", "~algo_env")).algo
-    defaults = registry.lookup("algo", algo).config_class()
-    differing = [(f.name, getattr(ran, f.name), getattr(defaults, f.name)) for f in dataclasses.fields(ran)
-                 if getattr(ran, f.name) != getattr(defaults, f.name)]
-    assert not differing, differing  # (key, the yaml's value, the class's)
+    """The dataclass holds the defaults: conf/algo/<algo>.yaml sets only keys whose value differs from the
+    dataclass's (or interpolations, such as apex's `lr_decay_env_steps: ${total_env_steps}`), and
+    `algo=<algo>` runs the dataclass's defaults except those (`make_apex(ApexConfig(), ...)` from Python
+    builds the algorithm `algo=apex` runs, up to the keys its YAML sets)."""
+    from framework.config import CONF_DIR, TrainConfig
+
+    config_class = registry.lookup("algo", algo).config_class
+    own = own_keys(CONF_DIR / "algo" / f"{algo}.yaml")
+    own_algo = own.pop("algo", {})
+    assert not repeated_keys(own_algo, dataclass_defaults(config_class), "algo.")
+    assert not repeated_keys(own, dataclass_defaults(TrainConfig))
+    train = validated(compose_config(f"algo={algo}", "env=gridworld", "~algo_env"))
+    ran, defaults = train.algo, config_class()
+    differing = {f.name for f in dataclasses.fields(ran) if getattr(ran, f.name) != getattr(defaults, f.name)}
+    assert differing <= set(own_algo), differing - set(own_algo)  # what the YAML does not set is the class's
+    assert all(getattr(ran, key) == value for key, value in own_algo.items() if not is_interpolation(value))
+    run_defaults = TrainConfig()
+    differing = {key for key in RUN_KEYS if getattr(train, key) != getattr(run_defaults, key)}
+    assert differing <= set(own) and all(getattr(train, key) == own[key] for key in own), (differing, own)
+
+
+def conf_files(*groups: str) -> list:
+    from framework.config import CONF_DIR
+
+    return sorted(path for group in groups for path in (CONF_DIR / group).glob("*.yaml"))
+
+
+def schema_class(path) -> type:
+    """The dataclass a file in conf/ extends: the `<group>_<name>_schema` entry of its defaults list."""
+    from omegaconf import OmegaConf
+
+    from framework.config import DistributedConfig, LoggerConfig, TrainConfig
+
+    entries = [entry for entry in OmegaConf.load(path).get("defaults", []) if isinstance(entry, str)]
+    schema = next(entry for entry in entries if "_schema" in entry).lstrip("/").partition("@")[0]
+    schema = schema.removesuffix("_schema")
+    fixed = {"train": TrainConfig, "logger": LoggerConfig, "distributed": DistributedConfig}
+    group, _, name = schema.partition("_")
+    return fixed[schema] if schema in fixed else registry.lookup(group, name).config_class
+
+
+@pytest.mark.parametrize("path", conf_files("env", "logger", "distributed"),
+                         ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_a_group_option_sets_only_what_it_changes(path):
+    """conf/<group>/<option>.yaml writes only keys whose value differs from its dataclass's (or interpolations),
+    and the composed config holds the dataclass's defaults for every other key."""
+    from omegaconf import OmegaConf
+
+    config_class, own = schema_class(path), own_keys(path)
+    defaults = dataclass_defaults(config_class)
+    assert not repeated_keys(own, defaults), repeated_keys(own, defaults)
+    group = path.parent.name
+    composed = OmegaConf.to_container(compose_config(f"{group}={path.stem}")[group], resolve=True)
+    differing = {key for key, value in composed.items() if value != defaults[key]}
+    assert differing <= set(own), differing - set(own)
+
+
+def test_the_top_level_config_sets_only_what_it_changes():
+    from framework.config import CONF_DIR, TrainConfig
+
+    assert schema_class(CONF_DIR / "config.yaml") is TrainConfig
+    assert not repeated_keys(own_keys(CONF_DIR / "config.yaml"), dataclass_defaults(TrainConfig))
+
+
+@pytest.mark.parametrize("path", conf_files("algo_env"), ids=lambda path: path.stem)
+def test_an_algo_env_file_sets_only_what_it_changes(path):
+    """conf/algo_env/<algo>_<env>.yaml writes only keys whose value differs from what lies beneath it: the
+    algorithm's option (and the algo_env files it extends), or interpolations."""
+    from omegaconf import OmegaConf
+
+    algo = next(name for name in registry.known("algo") if path.stem.startswith(f"{name}_"))
+    env = path.stem.removeprefix(f"{algo}_")
+    beneath = OmegaConf.to_container(compose_config(f"algo={algo}", f"env={env}", "~algo_env"), resolve=False)
+    for parent in OmegaConf.load(path).get("defaults", []):
+        if parent != "_self_":
+            beneath = OmegaConf.to_container(OmegaConf.merge(beneath, own_keys(path.parent / f"{parent}.yaml")))
+    assert not repeated_keys(own_keys(path), beneath), repeated_keys(own_keys(path), beneath)
+
+
+def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_path):
+    """`python run.py --help`: the groups and their options (a plugin's too), no internal schema configs."""
+    from framework.cli import group_options
+
+    result = run_cli("--help", env={"PYTHONPATH": str(plugin_path)})
+    assert result.returncode == 0, result.stderr
+    assert "schema" not in result.stdout
+    lines = result.stdout.splitlines()
+    plugin_options = {"algo": ["rightward"], "env": ["corridor"]}  # registered in the child process only
+    for group in ("algo", "env", "logger", "distributed", "sweep"):
+        options = sorted(group_options(group) + plugin_options.get(group, []))
+        assert f"{group}: {', '.join(options)}" in lines, (group, options)
+    assert "algo: apex, dqn, rightward, tabular_q" in lines
+    assert "env: cartpole, corridor, gridworld, gymnax, minatar" in lines
+    assert "Chosen here: algo=apex env=cartpole logger=console distributed=auto." in result.stdout
+    assert "--cfg job" in result.stdout and "Traceback" not in result.stderr
