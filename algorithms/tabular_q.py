@@ -24,8 +24,10 @@ from framework.registry import register_algorithm
 
 @dataclasses.dataclass
 class TabularQConfig:
+    """Tabular Q-learning's keys and their defaults: what `algo=tabular_q` runs."""
+
     name: str = "tabular_q"
-    num_agents: int = 30  # independent learners, each with its own table and env
+    num_agents: int = 30  # independent learners, each with its own table and env (the seed article's 30 in parallel)
     steps_per_update: int = 32  # steps per agent per update; their random numbers come in one draw
     learning_rate: float = 0.1
     discount: float = 0.9
