@@ -178,7 +178,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
         train_state, target_params, replay_state, num_items, learner_updates, step_size = carry
         items, indices, probabilities = replay.sample(replay_state, uniforms)
-        weights = importance_weights(probabilities, num_items, annealed_beta(config, learner_updates))
+        weights = importance_weights(probabilities, annealed_beta(config, learner_updates))
 
         (loss, (errors, chosen)), grads = learner_gradients(
             train_state.params, target_params, items, weights, network, config.double_q)

@@ -1,6 +1,8 @@
 """Prioritised replay: explicit priorities land on the right items, sampling follows p^alpha,
 importance weights by hand, priority writes agree with Flashbax's own, and the sum tree stays
 faithful after >= 1M priority updates."""
+import functools
+
 import flashbax as fbx
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ from algorithms.common.prioritized_replay import importance_weights, make_priori
 ALPHA = 0.6
 
 
+@functools.cache  # built once per process: compilation, not the tests, is what takes time here
 def _filled(capacity=64, rows=4, batch=256):
     """A full buffer, each item holding its own flat index as id, with priority 1 + id % 7."""
     replay = make_prioritized_replay(capacity, rows, batch, ALPHA)
@@ -24,9 +27,8 @@ def _filled(capacity=64, rows=4, batch=256):
 
 
 def _sample_counts(replay, state, draws, num_items, batch):
-    sample = jax.jit(lambda uniforms: replay.sample(state, uniforms)[0]["id"])
-    uniforms = jax.random.uniform(jax.random.key(0), (draws, batch))
-    ids = np.concatenate([np.asarray(sample(positions)) for positions in uniforms])
+    sample = jax.jit(jax.vmap(lambda uniforms: replay.sample(state, uniforms)[0]["id"]))  # all batches at once
+    ids = np.asarray(sample(jax.random.uniform(jax.random.key(0), (draws, batch)))).ravel()
     return np.bincount(ids, minlength=num_items)
 
 
@@ -77,12 +79,77 @@ def test_priority_writes_match_flashbax_set_priorities():
 
 def test_importance_weights_by_hand():
     probabilities = jnp.array([0.5, 0.25, 0.125])
-    weights = importance_weights(probabilities, 8, 0.5)
+    # (N P(i))^-beta over its largest value: N = 8 items (any N: it cancels), beta = 0.5
     raw = np.array([(8 * 0.5) ** -0.5, (8 * 0.25) ** -0.5, (8 * 0.125) ** -0.5])
-    np.testing.assert_allclose(weights, raw / raw.max(), rtol=1e-6)
-    assert float(weights.max()) == 1.0
-    with_empty_slot = importance_weights(jnp.array([0.5, 0.0]), 8, 0.5)
-    np.testing.assert_allclose(with_empty_slot, [1.0, 0.0])
+    np.testing.assert_allclose(importance_weights(probabilities, 0.5), raw / raw.max(), rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(probabilities, 0.5), [0.5, 0.5**0.5, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(probabilities, 1.0), [0.25, 0.5, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(probabilities, 0.0), [1.0, 1.0, 1.0])
+    # an item drawn with probability 0 (an empty slot at a stratum's edge) weighs 0, not infinity
+    np.testing.assert_allclose(importance_weights(jnp.array([0.5, 0.0, 0.25]), 0.5), [0.5**0.5, 0.0, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(importance_weights(jnp.zeros(3), 0.5), [0.0, 0.0, 0.0])
+
+
+def test_add_writes_items_where_flashbax_would_and_sets_their_priorities():
+    """Two rows of 8 slots, three adds of 4, 4 and 3 steps: the buffer fills exactly, then wraps around."""
+    replay = make_prioritized_replay(16, 2, 4, ALPHA)
+    reference = fbx.make_prioritised_trajectory_buffer(
+        add_batch_size=2, sample_batch_size=4, sample_sequence_length=1, period=1, min_length_time_axis=1,
+        max_length_time_axis=8, priority_exponent=ALPHA)
+    ours = theirs = replay.init({"id": jnp.int32(0), "obs": jnp.zeros(3)})
+    expected_priorities, written = np.zeros(16), 0
+    for steps in (4, 4, 3):
+        ids = 100 * (1 + jnp.arange(2))[:, None] + written + jnp.arange(steps)[None, :]  # [rows, steps]
+        items = {"id": ids, "obs": jnp.stack([ids, -ids, 2 * ids], axis=-1).astype(jnp.float32)}
+        priorities = (1.0 + ids % 7).astype(jnp.float32)
+        ours, theirs = jax.jit(replay.add)(ours, items, priorities), jax.jit(reference.add)(theirs, items)
+        for field in ("current_index", "is_full", "running_index"):
+            assert int(getattr(ours, field)) == int(getattr(theirs, field)), (steps, field)
+        jax.tree.map(np.testing.assert_array_equal, ours.experience, theirs.experience)
+        for step in range(steps):  # slot (row, (written + step) mod 8) holds that step's priority
+            expected_priorities[np.arange(2) * 8 + (written + step) % 8] = np.asarray(priorities[:, step])
+        written += steps
+        np.testing.assert_allclose(replay.stored_priorities(ours), expected_priorities, rtol=1e-5)
+        _assert_every_node_sums_its_children(ours.sum_tree_state)
+    assert bool(ours.is_full) and int(ours.current_index) == 3
+
+
+def test_stored_priorities_undo_the_exponent_and_empty_or_negative_slots_hold_zero():
+    replay = make_prioritized_replay(8, 1, 4, ALPHA)
+    state = replay.init({"id": jnp.int32(0)})
+    assert not np.asarray(replay.stored_priorities(state)).any()
+    state = replay.set_priorities(state, jnp.array([0, 2, 3, 5]), jnp.array([0.5, 9.0, -1.0, 2.0]))
+    np.testing.assert_allclose(replay.stored_priorities(state), [0.5, 0, 9.0, 0, 0, 2.0, 0, 0], rtol=1e-5)
+    leaves = np.asarray(state.sum_tree_state.nodes[-8:])
+    np.testing.assert_allclose(leaves, [0.5**ALPHA, 0, 9.0**ALPHA, 0, 0, 2.0**ALPHA, 0, 0], rtol=1e-6)
+
+
+def test_stratified_sampling_inverts_the_cumulative_priorities():
+    """Each uniform u in stratum k lands on the item whose share of the cumulative sum holds (k + u) / B of
+    the total, computed in float64; its probability is its share of the total."""
+    replay, state = _filled(capacity=64, rows=4, batch=256)
+    leaves = (1.0 + np.arange(64) % 7) ** ALPHA
+    cumulative = np.cumsum(leaves)
+    uniforms = jax.random.uniform(jax.random.key(4), (256,))
+    items, indices, probabilities = replay.sample(state, uniforms)
+    targets = (np.arange(256) + np.asarray(uniforms, np.float64)) / 256 * cumulative[-1]
+    indices = np.asarray(indices)
+    slack = 1e-5 * cumulative[-1]  # float32 sums in the tree
+    assert (cumulative[indices] - leaves[indices] - slack <= targets).all()
+    assert (targets < cumulative[indices] + slack).all()
+    np.testing.assert_array_equal(np.asarray(items["id"]), indices)
+    np.testing.assert_allclose(probabilities, leaves[indices] / cumulative[-1], rtol=1e-5)
+
+
+def test_a_uniform_at_a_strata_boundary_takes_the_item_that_starts_there():
+    """Eight items of priority 1: stratum k of 4 starts at item 2k; its middle, (k + 0.5) / 4 of the total,
+    is exactly where item 2k + 1 begins."""
+    replay = make_prioritized_replay(8, 1, 4, ALPHA)
+    state = replay.set_priorities(replay.init({"id": jnp.int32(0)}), jnp.arange(8), jnp.ones(8))
+    for uniform, expected in ((0.0, [0, 2, 4, 6]), (0.5, [1, 3, 5, 7]), (0.99, [1, 3, 5, 7])):
+        _, indices, probabilities = replay.sample(state, jnp.full(4, uniform))
+        assert np.asarray(indices).tolist() == expected, uniform
+        np.testing.assert_allclose(probabilities, np.full(4, 1 / 8), rtol=1e-6)
 
 
 def test_sampling_stays_faithful_after_a_million_priority_updates():
@@ -92,7 +159,8 @@ def test_sampling_stays_faithful_after_a_million_priority_updates():
         def one(state, key):
             index_key, value_key = jax.random.split(key)
             indices = jax.random.randint(index_key, (512,), 0, 1024)
-            return replay.set_priorities(state, indices, jax.random.uniform(value_key, (512,), minval=1e-3, maxval=1e3)), None
+            priorities = jax.random.uniform(value_key, (512,), minval=1e-3, maxval=1e3)
+            return replay.set_priorities(state, indices, priorities), None
         return jax.lax.scan(one, state, jax.random.split(key, 2000))[0]
 
     state = jax.jit(update_many)(state, jax.random.key(3))  # 2000 x 512 = 1,024,000 updates

@@ -25,18 +25,16 @@ class PrioritizedReplay(NamedTuple):
     add: Any  # (state, items [rows, steps, ...], priorities [rows, steps]) -> state
     sample: Any  # (state, uniforms [batch]) -> (items [batch, ...], indices [batch], probabilities [batch])
     set_priorities: Any  # (state, indices, priorities) -> state; raw priorities, the exponent applied inside
-    can_sample: Any
     stored_priorities: Any  # state -> raw priority of every slot (0: empty), the exponent undone
 
 
-def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_exponent: float,
-                            min_size: int | None = None) -> PrioritizedReplay:
+def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_exponent: float) -> PrioritizedReplay:
     """A buffer of `capacity` items stored as `rows` rows (one per writer, e.g. per env)."""
     slots_per_row = capacity // rows
     buffer = fbx.make_prioritised_trajectory_buffer(
         add_batch_size=rows, sample_batch_size=batch_size, sample_sequence_length=1, period=1,
-        min_length_time_axis=min(slots_per_row, max(1, -(-(min_size or batch_size) // rows))),
-        max_length_time_axis=slots_per_row,
+        # Flashbax requires a minimum; only its can_sample reads it, and the learners gate on env steps instead
+        min_length_time_axis=1, max_length_time_axis=slots_per_row,
         priority_exponent=priority_exponent)
 
     def set_priorities(state: Any, indices: jax.Array, priorities: jax.Array) -> Any:
@@ -67,7 +65,7 @@ def make_prioritized_replay(capacity: int, rows: int, batch_size: int, priority_
         leaves = tree.nodes[2**tree.tree_depth - 1:]
         return jnp.where(leaves > 0, leaves, 0.0) ** (1.0 / priority_exponent)
 
-    return PrioritizedReplay(buffer.init, add, sample, set_priorities, buffer.can_sample, stored_priorities)
+    return PrioritizedReplay(buffer.init, add, sample, set_priorities, stored_priorities)
 
 
 def set_leaves(tree: Any, leaf_indices: jax.Array, values: jax.Array) -> Any:
@@ -109,12 +107,13 @@ def stratified_sample(tree: Any, uniforms: jax.Array) -> tuple[jax.Array, jax.Ar
     return leaves, probabilities
 
 
-def importance_weights(probabilities: jax.Array, num_items: jax.Array, beta: jax.Array) -> jax.Array:
-    """w_i = (N * P(i))^-beta, divided by the batch's largest weight (Schaul et al., 2016).
+def importance_weights(probabilities: jax.Array, beta: jax.Array) -> jax.Array:
+    """w_i = (N * P(i))^-beta, divided by the batch's largest weight (Schaul et al., 2016): the buffer's size
+    N scales every weight alike, so the division cancels it and it is not needed.
 
     An item drawn with probability 0 (float32 rounding at the edge of the tree can land on an
     empty slot) gets weight 0 instead of an infinite one.
     """
     drawable = probabilities > 0
-    weights = jnp.where(drawable, (num_items * jnp.where(drawable, probabilities, 1.0)) ** -beta, 0.0)
+    weights = jnp.where(drawable, jnp.where(drawable, probabilities, 1.0) ** -beta, 0.0)
     return weights / jnp.maximum(weights.max(), 1e-30)
