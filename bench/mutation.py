@@ -1,0 +1,142 @@
+"""Mutation testing of the small pure modules the results rest on: each module against its own focused tests.
+
+    python bench/mutation.py                      # all five modules, one after another
+    python bench/mutation.py targets nstep        # some of them
+
+mutmut 3 (`pip install mutmut`) mutates one module at a time in a fresh copy of the repository under
+.mutation/<module>/ and runs, for each mutant, the tests of that module's focused file that call the
+mutated function, with one worker. The settings every module shares are pyproject.toml's [tool.mutmut];
+this script overrides only the module to mutate and the test file. A table (module, mutants, killed,
+survived, score) goes to stdout, progress to stderr. Mutants judged equivalent (no test can tell them
+from the original; the reason beside each in EQUIVALENT) are counted apart: the score is killed over
+the non-equivalent ones. To read a survivor: `cd .mutation/<module> && mutmut show <name>`.
+Not a test: pytest does not collect it and CI does not run it (a few hundred mutants take tens of
+minutes on 2 cores).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from shared import REPO_ROOT, print_table
+
+# module name -> (file to mutate, its focused tests as pytest arguments)
+MODULES = {
+    "targets": ("algorithms/common/targets.py", ["tests/test_targets.py"]),
+    "nstep": ("algorithms/common/nstep.py", ["tests/test_nstep.py"]),
+    "prioritized_replay": ("algorithms/common/prioritized_replay.py", ["tests/test_prioritized_replay.py"]),
+    "exploration": ("algorithms/common/exploration.py", ["tests/test_exploration.py"]),
+    # the unit tests only: the rest of the file trains a short run in a subprocess
+    "protocol": ("framework/protocol.py",
+                 ["tests/test_protocol.py", "-k", "not (final_evaluation or saved_best_policy or log_shows)"]),
+}
+
+# mutant name -> why no test can tell it from the original
+EQUIVALENT: dict[str, str] = {}
+
+# what the fork server imports once, so that each mutant's process starts with them: the libraries and the
+# repository's modules (conftest's load_plugins); importing them starts no JAX backend, so the fork stays safe
+PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax", "optax", "pytest", "xdist.plugin",
+           "framework.registry", "framework.config", "framework.trainer", "framework.evaluation", "framework.policy",
+           "framework.protocol", "algorithms.common.targets", "algorithms.common.nstep",
+           "algorithms.common.prioritized_replay", "algorithms.common.exploration", "envs", "algorithms"]
+# every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
+# that to a read (the cache key is the program, so a mutated program compiles afresh)
+JAX_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(REPO_ROOT / ".mutation" / "jax_cache"),
+             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+COPIED = ["algorithms", "framework", "envs", "conf", "run.py", "tests/conftest.py"]
+
+# mutmut's verdicts by worker exit code (mutmut.stats.status_by_exit_code, 3.8)
+KILLED_CODES, SURVIVED_CODES = {1, 3}, {0}
+TIMEOUT_CODES, NO_TEST_CODES = {36, -24, 24, 152, 255}, {5, 33}
+
+
+def mutmut_section(module_file: str, tests: list[str]) -> str:
+    """pyproject's [tool.mutmut] with this module and its tests, and the fork server's preload list."""
+    settings = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    settings.update(only_mutate=[module_file], pytest_add_cli_args_test_selection=tests,
+                    forkserver_warmup="import", preload_modules_file="preload.txt")
+    # JSON strings, numbers, booleans and lists of them are TOML values as written
+    return "[tool.mutmut]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
+
+
+def without_mutmut_section(pyproject: str) -> str:
+    """pyproject.toml's text without its [tool.mutmut] table (up to the next table header)."""
+    return re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[|\Z)", "", pyproject)
+
+
+def prepare(name: str) -> Path:
+    module_file, tests = MODULES[name]
+    work = REPO_ROOT / ".mutation" / name
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "tests").mkdir(parents=True)
+    for path in COPIED + [t for t in tests if t.startswith("tests/")]:
+        source = REPO_ROOT / path
+        if source.is_dir():
+            shutil.copytree(source, work / path, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, work / path)
+    pyproject = without_mutmut_section((REPO_ROOT / "pyproject.toml").read_text()).rstrip() + "\n\n"
+    (work / "pyproject.toml").write_text(pyproject + mutmut_section(module_file, tests))
+    assert tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"] == [module_file]
+    (work / "preload.txt").write_text("\n".join(PRELOAD) + "\n")
+    return work
+
+
+def verdicts(work: Path, module_file: str) -> dict[str, int]:
+    """Exit code of every mutant of the module, from mutmut's record of the run."""
+    meta = json.loads((work / "mutants" / (module_file + ".meta")).read_text())
+    return meta["exit_code_by_key"]
+
+
+def run_module(name: str) -> dict:
+    module_file, _ = MODULES[name]
+    work = prepare(name)
+    print(f"[{name}] mutmut run in {work}", file=sys.stderr, flush=True)
+    start = time.time()
+    # progress and mutmut's own summary go to stderr; the table is this script's stdout
+    result = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", "1"], cwd=work,
+                            stdout=sys.stderr, env={**os.environ, "JAX_PLATFORMS": "cpu", **JAX_CACHE})
+    seconds = time.time() - start
+    if result.returncode != 0:
+        raise SystemExit(f"[{name}] mutmut run failed with exit status {result.returncode}")
+    codes = verdicts(work, module_file)
+    equivalent = {key for key in codes if key in EQUIVALENT}
+    counted = {key: code for key, code in codes.items() if key not in equivalent}
+    survivors = sorted(key for key, code in counted.items() if code in SURVIVED_CODES)
+    other = sorted(key for key, code in counted.items() if code not in KILLED_CODES | SURVIVED_CODES)
+    killed = sum(code in KILLED_CODES for code in counted.values())
+    for key in survivors:
+        print(f"[{name}] survived: {key}", file=sys.stderr)
+    for key in other:
+        print(f"[{name}] not killed, not survived (exit {codes[key]}): {key}", file=sys.stderr)
+    return {"module": module_file, "mutants": len(codes), "equivalent": len(equivalent), "killed": killed,
+            "survived": len(survivors), "other": len(other), "seconds": seconds, "survivors": survivors + other}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"some of {', '.join(MODULES)} (default: all)")
+    args = parser.parse_args()
+    unknown = set(args.modules) - set(MODULES)
+    if unknown:
+        parser.error(f"unknown module(s) {sorted(unknown)}; known: {', '.join(MODULES)}")
+    rows = [run_module(name) for name in args.modules or MODULES]
+    header = ("module", "mutants", "equivalent", "killed", "survived", "timeout/other", "score", "minutes")
+    print_table("Mutation score: killed / non-equivalent mutants (mutmut, each module against its focused tests)",
+                header, [(r["module"], r["mutants"], r["equivalent"], r["killed"], r["survived"], r["other"],
+                          f"{r['killed'] / max(r['mutants'] - r['equivalent'], 1):.1%}", f"{r['seconds'] / 60:.1f}")
+                         for r in rows])
+    for row in rows:
+        for key in row["survivors"]:
+            print(f"not killed: {key}")
+
+
+if __name__ == "__main__":
+    main()
