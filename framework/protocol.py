@@ -34,7 +34,8 @@ class EvaluationHistory:
         """Add one evaluation; returns which seeds' best policy it is now (ties count: the later one)."""
         self.env_steps.append(env_steps)
         self.returns.append([float(r) for r in returns])
-        improved = np.array([best is None or value >= best for value, best in zip(self.returns[-1], self.best_eval_return, strict=True)])
+        improved = np.array([best is None or value >= best
+                             for value, best in zip(self.returns[-1], self.best_eval_return, strict=True)])
         for seed in np.flatnonzero(improved):
             self.best_eval_return[seed], self.best_at_env_steps[seed] = self.returns[-1][seed], env_steps
         if self.target is not None and len(self.returns) >= self.window:
@@ -61,7 +62,8 @@ class EvaluationHistory:
         return None if later is None or len(later) == 0 else float(np.mean(later >= self.target))
 
     def to_dict(self) -> dict:
-        keys = ("env_steps", "returns", "solved_at_env_steps", "solved_at_seconds", "best_eval_return", "best_at_env_steps")
+        keys = ("env_steps", "returns", "solved_at_env_steps", "solved_at_seconds", "best_eval_return",
+                "best_at_env_steps")
         return {key: getattr(self, key) for key in keys}
 
     def load(self, saved: dict) -> None:

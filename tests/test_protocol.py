@@ -9,7 +9,7 @@ from conftest import compose_config, run_cli
 from framework.config import validated
 from framework.evaluation import make_evaluate
 from framework.policy import read_policy
-from framework.protocol import BestPolicies, EvaluationHistory
+from framework.protocol import BestPolicies, EvaluationHistory, seed_results
 from framework.trainer import FINAL_EVALUATION, build, run_keys
 
 
@@ -59,11 +59,57 @@ def test_stability_is_the_fraction_of_evaluations_after_the_first_hit_still_at_t
     assert history_of([[500]], target=None).stability(0) is None
 
 
+def test_stability_counts_an_evaluation_exactly_at_the_target():
+    # first hit at evaluation 1; after it 475 (at the target: counts), 474, 475.5 -> 2/3
+    history = history_of([[100], [480], [475], [474], [475.5]])
+    assert history.stability(0) == pytest.approx(2 / 3)
+    np.testing.assert_array_equal(history.after_first_hit(0), [475.0, 474.0, 475.5])
+    assert history_of([[100], [474]]).after_first_hit(0) is None  # never reached
+    np.testing.assert_array_equal(history_of([[100], [475]]).after_first_hit(0), [])  # reached at the last one
+    assert history_of([[500]], target=None).after_first_hit(0) is None
+
+
+def test_the_history_records_every_evaluation_as_plain_numbers():
+    history = history_of([[500, 100], [480, 480.5], [500, 490]])
+    assert history.env_steps == [1000, 2000, 3000]
+    assert history.returns == [[500.0, 100.0], [480.0, 480.5], [500.0, 490.0]]
+    assert all(type(value) is float for evaluation in history.returns for value in evaluation)
+    assert history.best_eval_return == [500.0, 490.0] and history.best_at_env_steps == [3000, 3000]
+    assert history.solved_at_env_steps == [3000, None] and history.solved_at_seconds == [2.0, None]
+
+
 def test_history_survives_its_json_round_trip():
     history = history_of([[500, 100], [480, 480], [500, 490]])
     restored = EvaluationHistory(2, 475.0, 3)
-    restored.load(json.loads(json.dumps(history.to_dict())))
+    saved = json.loads(json.dumps(history.to_dict()))
+    assert saved == {"env_steps": [1000, 2000, 3000], "returns": [[500.0, 100.0], [480.0, 480.0], [500.0, 490.0]],
+                     "solved_at_env_steps": [3000, None], "solved_at_seconds": [2.0, None],
+                     "best_eval_return": [500.0, 490.0], "best_at_env_steps": [3000, 3000]}
+    restored.load(saved)
     assert restored.to_dict() == history.to_dict()
+    assert all(type(getattr(restored, key)) is list for key in saved)
+    # a resumed run goes on from the restored history: seed 1's third evaluation in a row at the target solves it
+    improved = restored.record(4000, np.array([300.0, 476.0]), 3.0)
+    assert improved.tolist() == [False, False] and restored.best_eval_return == [500.0, 490.0]
+    assert restored.solved_at_env_steps == [3000, 4000] and restored.solved_at_seconds == [2.0, 3.0]
+
+
+def test_seed_results_are_the_final_evaluations_and_the_historys_verdicts():
+    history = history_of([[100, 10], [480, 20], [500, 30], [470, 40]])
+    final_returns, best_policy_returns = np.array([[1.0, 2, 6], [4, 4, 4]]), np.array([[3.0, 5, 7], [0, 1, 2]])
+    rows = seed_results(history, final_returns, best_policy_returns)
+    assert rows == [
+        {"seed_index": 0, "final_eval_return": 3.0, "final_eval_std": pytest.approx(np.sqrt(14 / 3)),
+         "best_policy_eval_return": 5.0, "best_eval_return": 500.0, "best_at_env_steps": 3000,
+         "solved_at_env_steps": None, "solved_at_seconds": None, "stability": 0.5, "evaluations_after_target": 2},
+        {"seed_index": 1, "final_eval_return": 4.0, "final_eval_std": 0.0, "best_policy_eval_return": 1.0,
+         "best_eval_return": 40.0, "best_at_env_steps": 4000, "solved_at_env_steps": None, "solved_at_seconds": None,
+         "stability": None, "evaluations_after_target": None},
+    ]
+    solved = seed_results(history_of([[500], [480], [490]], window=2), np.ones((1, 2)), np.ones((1, 2)))[0]
+    assert (solved["solved_at_env_steps"], solved["solved_at_seconds"]) == (2000, 1.0)
+    assert (solved["stability"], solved["evaluations_after_target"]) == (1.0, 2)
+    assert all(type(solved[key]) is float for key in ("final_eval_return", "final_eval_std", "best_policy_eval_return"))
 
 
 @pytest.mark.parametrize("seed_axis", [0, 1])

@@ -1,9 +1,10 @@
-"""n-step transitions and Q targets against numbers worked out by hand."""
+"""n-step transitions, Q targets, losses and TD errors against numbers worked out by hand or in numpy."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.targets import huber, n_step_transition, q_targets
+from algorithms.common.targets import huber, n_step_transition, q_targets, squared, td_errors
 
 GAMMA = 0.5
 REWARDS = jnp.array([1.0, 2.0, 4.0])
@@ -50,5 +51,64 @@ def test_q_targets_plain_and_double():
     assert float(q_targets(jnp.array([2.0]), jnp.array([0.0]), target_next, online_next)[0]) == 2.0
 
 
+def test_n_step_transition_keeps_each_observations_shape():
+    """Image-like observations [n, envs, 2, 3]: the bootstrap observation is the whole one of the right step."""
+    terminated = jnp.array([[F, F, F, F], [F, F, F, F], [F, F, F, F]])
+    truncated = jnp.array([[F, T, F, F], [F, F, T, F], [F, F, F, F]])
+    next_obs = jnp.arange(3 * 4 * 6, dtype=jnp.float32).reshape(3, 4, 2, 3)
+    _, bootstrap_obs, discount = n_step_transition(jnp.ones((3, 4)), terminated, truncated, next_obs, GAMMA)
+    assert bootstrap_obs.shape == (4, 2, 3)
+    last_step = [2, 0, 1, 2]  # env 1 ends at step 0, env 2 at step 1, the others run the window out
+    for env, step in enumerate(last_step):
+        np.testing.assert_array_equal(bootstrap_obs[env], next_obs[step, env])
+    np.testing.assert_allclose(discount, [GAMMA**3, GAMMA, GAMMA**2, GAMMA**3])
+
+
 def test_huber_is_quadratic_inside_and_linear_outside():
     np.testing.assert_allclose(huber(jnp.array([0.5, -2.0, 3.0])), [0.125, 1.5, 2.5])
+    # delta = 2: 0.5 e^2 up to |e| = 2, then 2 (|e| - 1)
+    np.testing.assert_allclose(huber(jnp.array([1.0, -1.5, 3.0, -5.0]), delta=2.0), [0.5, 1.125, 4.0, 8.0])
+
+
+def test_squared_is_half_the_square():
+    np.testing.assert_allclose(squared(jnp.array([0.5, -2.0, 3.0])), [0.125, 2.0, 4.5])
+
+
+class LinearQ:
+    """A stand-in network: Q(s) = s @ W, so the expected TD errors and gradients are a line of numpy."""
+
+    @staticmethod
+    def apply(params, obs):
+        return obs @ params
+
+
+@pytest.fixture(scope="module")
+def linear_batch():
+    rng = np.random.default_rng(0)
+    params, target_params = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    batch = {"obs": rng.normal(size=(5, 3)), "action": np.array([0, 3, 1, 2, 3]), "n_step_return": rng.normal(size=5),
+             "bootstrap_discount": np.array([0.0, 0.9, 0.81, 0.5, 0.9]), "bootstrap_obs": rng.normal(size=(5, 3))}
+    as_jax = lambda x: jnp.asarray(x, jnp.int32 if x.dtype.kind == "i" else jnp.float32)
+    to_jax = lambda tree: jax.tree.map(as_jax, tree)
+    return params, target_params, batch, to_jax
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+def test_td_errors_against_numpy(linear_batch, double_q):
+    params, target_params, batch, to_jax = linear_batch
+    errors, chosen = td_errors(to_jax(params), to_jax(target_params), to_jax(batch), LinearQ, double_q)
+    online_next, target_next = batch["bootstrap_obs"] @ params, batch["bootstrap_obs"] @ target_params
+    best = (online_next if double_q else target_next).argmax(axis=1)
+    assert (online_next.argmax(axis=1) != target_next.argmax(axis=1)).any(), "the two selections never differ"
+    expected_chosen = (batch["obs"] @ params)[np.arange(5), batch["action"]]
+    expected = batch["n_step_return"] + batch["bootstrap_discount"] * target_next[np.arange(5), best] - expected_chosen
+    np.testing.assert_allclose(chosen, expected_chosen, rtol=1e-5)
+    np.testing.assert_allclose(errors, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_td_errors_pass_no_gradient_through_the_target(linear_batch):
+    """With the online network as its own target (double Q), d(sum of errors)/dW is -d(sum of Q(s, a))/dW."""
+    params, _, batch, to_jax = linear_batch
+    gradient = jax.grad(lambda w: td_errors(w, w, to_jax(batch), LinearQ, True)[0].sum())(to_jax(params))
+    expected = -batch["obs"].T @ np.eye(4)[batch["action"]]
+    np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-6)

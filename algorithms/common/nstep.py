@@ -23,7 +23,8 @@ def empty_window(obs: jax.Array, n: int) -> NStepWindow:
     """A window for envs whose current observations are `obs` [num_envs, ...]."""
     per_env = lambda dtype: jnp.zeros((n, obs.shape[0]), dtype)
     no_obs = jnp.zeros((n, *obs.shape), obs.dtype)
-    return NStepWindow(no_obs, per_env(jnp.int32), per_env(jnp.float32), per_env(bool), per_env(bool), no_obs, jnp.int32(0))
+    return NStepWindow(no_obs, per_env(jnp.int32), per_env(jnp.float32), per_env(bool), per_env(bool), no_obs,
+                       jnp.int32(0))
 
 
 def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:

@@ -24,7 +24,8 @@ def n_step_transition(rewards: jax.Array, terminated: jax.Array, truncated: jax.
     n_step_return = (powers * rewards * live).sum(axis=0)
     # index of the last step that counts: the first episode end, or the window's end
     last = jnp.where(done.any(axis=0), jnp.argmax(done, axis=0), n - 1)
-    bootstrap_obs = jnp.take_along_axis(next_obs, last.reshape((1,) + last.shape + (1,) * (next_obs.ndim - rewards.ndim)), axis=0)[0]
+    per_step_obs_axes = (1,) * (next_obs.ndim - rewards.ndim)
+    bootstrap_obs = jnp.take_along_axis(next_obs, last.reshape((1,) + last.shape + per_step_obs_axes), axis=0)[0]
     ended_by_termination = jnp.take_along_axis(terminated, last[None], axis=0)[0]
     bootstrap_discount = jnp.where(ended_by_termination, 0.0, discount ** (last + 1.0))
     return n_step_return, bootstrap_obs, bootstrap_discount
@@ -48,7 +49,8 @@ def squared(errors: jax.Array) -> jax.Array:
     return 0.5 * errors**2
 
 
-def td_errors(params: Any, target_params: Any, batch: dict, network: nn.Module, double_q: bool) -> tuple[jax.Array, jax.Array]:
+def td_errors(params: Any, target_params: Any, batch: dict, network: nn.Module,
+              double_q: bool) -> tuple[jax.Array, jax.Array]:
     """(n-step double/plain Q target - Q(s, a), Q(s, a)) for a batch of replay items."""
     q_values = network.apply(params, batch["obs"])
     chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
