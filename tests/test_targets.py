@@ -112,3 +112,17 @@ def test_td_errors_pass_no_gradient_through_the_target(linear_batch):
     gradient = jax.grad(lambda w: td_errors(w, w, to_jax(batch), LinearQ, True)[0].sum())(to_jax(params))
     expected = -batch["obs"].T @ np.eye(4)[batch["action"]]
     np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_q_targets_over_leading_batch_axes():
+    """[seeds, batch, actions]: the action is chosen, and its value read, along the last axis."""
+    rng = np.random.default_rng(1)
+    target_next, online_next = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 3, 4))
+    returns, discounts = rng.normal(size=(2, 3)), rng.uniform(size=(2, 3))
+    for selector in (None, online_next):
+        best = (target_next if selector is None else selector).argmax(axis=-1)
+        expected = returns + discounts * np.take_along_axis(target_next, best[..., None], axis=-1)[..., 0]
+        online = None if selector is None else jnp.asarray(selector, jnp.float32)
+        targets = q_targets(jnp.asarray(returns, jnp.float32), jnp.asarray(discounts, jnp.float32),
+                            jnp.asarray(target_next, jnp.float32), online)
+        np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-6)
