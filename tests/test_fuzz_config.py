@@ -21,8 +21,39 @@ TOP_LEVEL = [f.name for f in dataclasses.fields(TrainConfig)
              if f.name not in ("algo", "env", "logger", "distributed", "checkpoint", "compilation_cache")]
 TOP_LEVEL += ["checkpoint.every", "checkpoint.keep", "num_devices", "distributed.num_processes",
               "distributed.process_id", "logger.project", "logger.mode"]
-NAMES_A_KEY = re.compile(r"\b(algo|env|logger|distributed|checkpoint)(\.\w+)?\b|\b("
-                         + "|".join(f.name for f in dataclasses.fields(TrainConfig)) + r")\b")
+# a combination check names one key of the pair it compares: the key a message may name -> the other keys
+# whose values can make that check fail (the checks in algorithms/*.py, envs/gridworld.py, framework/)
+PARTNERS = {
+    "algo.batch_size": {"algo.buffer_size"},
+    "algo.buffer_size": {"algo.num_actors", "algo.envs_per_actor", "algo.rollout_length"},
+    "algo.train_every": {"algo.num_envs"},
+    "algo.torso": {"env", "env.height", "env.width", "env.observation"},  # a conv torso on small or flat observations
+    "env": {"algo"},  # an env whose observations the algorithm cannot take
+    "env.observation": {"algo"},
+    "env.width": {"env.height"},  # a 1x1 grid
+    "env.start": {"env.height", "env.width", "env.walls"},  # outside the grid, or a wall
+    "env.goal": {"env.height", "env.width", "env.walls", "env.start"},
+    "env.walls": {"env.height", "env.width", "env.start", "env.goal", "env.random_start"},  # cut off, or outside
+    "distributed.process_id": {"distributed.num_processes"},
+    "distributed.coordinator_address": {"distributed.num_processes"},
+}
+
+
+def named_key(message: str) -> str:
+    """The key a one-paragraph error names: ours ("Invalid config: KEY=VALUE ..."), or the override Hydra could
+    not merge ("Error merging override KEY=VALUE", "Could not override 'KEY'"); its "key:" can be a list
+    index (env.walls=[0] gives "key: 0")."""
+    found = (re.match(r"Invalid config: ([\w.\[\]]+)=", message)
+             or re.search(r"(?:Error merging override |Could not override ')([\w.]*\w)", message))
+    assert found, message
+    key = re.sub(r"\[\d+\]$", "", found.group(1))  # env.walls[2] -> env.walls
+    return "env.params" if key.startswith("env.params.") else key  # a gymnax param of its own
+
+
+def blames_a_changed_key(message: str, overrides: list[str]) -> bool:
+    changed = {override.partition("=")[0] for override in overrides}  # algo=..., env=... are changed keys too
+    key = named_key(message)
+    return key in changed or bool(PARTNERS.get(key, set()) & changed)
 BAD_VALUES = st.sampled_from(["abc", "-1", "0", "-0.5", "1.5", "2", "nan", "inf", "-inf", "1e12", "[]", "[0]",
                               "[-3,2]", "true", "null", "''", "[[0,0]]", "[[1,0],[0,1]]", "0.0001", "100000000"])
 
@@ -50,23 +81,39 @@ def test_every_bad_override_is_named_or_accepted(overrides):
         message = str(error)
         assert "\n" not in message.strip(), message
         # a combination (batch vs buffer, walls vs goal, apex on grid cells) may name the partner key
-        assert NAMES_A_KEY.search(message), (overrides, message)
+        assert blames_a_changed_key(message, overrides), (overrides, message)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["algo=dqn", "env=cartpole", "algo.batch_size=100000", "algo.buffer_size=1000"],
-    ["algo=apex", "env=cartpole", "algo.n_step=0"],
-    ["algo=tabular_q", "env=gridworld", "env.walls=[[0,1],[1,0]]"],
-    ["algo=apex", "env=cartpole", "num_devices=64"],
-    ["algo=dqn", "env=gridworld", "algo.hidden_sizes=[]"],
+def test_the_named_key_is_read_from_both_kinds_of_message():
+    assert named_key("Invalid config: env.walls[1]=[9, 9] (the cell is outside the grid). Allowed: ...") == "env.walls"
+    hydra_message = "Invalid config: Error merging override seed=null; field 'seed' is not Optional; key: seed."
+    assert named_key(hydra_message) == "seed"
+    assert named_key(hydra_message.replace("seed", "algo.n_step")) == "algo.n_step"
+    assert named_key("Invalid config: Could not override 'env.colour'.; Key 'colour' not in 'GridWorldConfig'; "
+                     "key: env.colour.") == "env.colour"
+    assert not blames_a_changed_key("Invalid config: algo.n_step=0. Allowed: an integer >= 1.",
+                                    ["algo=dqn", "env=cartpole", "algo.buffer_size=0"])
+    assert blames_a_changed_key("Invalid config: algo.batch_size=64 (a batch cannot be larger than the buffer).",
+                                ["algo=dqn", "env=cartpole", "algo.buffer_size=2"])
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["algo=dqn", "env=cartpole", "algo.batch_size=100000", "algo.buffer_size=1000"], "algo.batch_size"),
+    (["algo=dqn", "env=cartpole", "algo.buffer_size=16"], "algo.batch_size"),  # the partner of the changed key
+    (["algo=apex", "env=cartpole", "algo.n_step=0"], "algo.n_step"),
+    (["algo=tabular_q", "env=gridworld", "env.walls=[[0,1],[1,0]]"], "env.walls"),
+    (["algo=apex", "env=cartpole", "num_devices=64"], "num_devices"),
+    (["algo=dqn", "env=gridworld", "algo.hidden_sizes=[]"], "algo.hidden_sizes"),
 ])
-def test_a_handful_through_run_py(overrides, tmp_path):
+def test_a_handful_through_run_py(overrides, key, tmp_path):
     import subprocess
 
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides, "progress=false",
                              f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert overrides[-1].partition("=")[0] in result.stderr or "Invalid config" in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert named_key(message) == key, result.stderr
+    assert blames_a_changed_key(message, overrides)
 
 
 def _edge_value(field: dataclasses.Field):
@@ -92,7 +139,8 @@ def edge_overrides(draw) -> list[str]:
     return [f"algo={algo}", f"env={env}", *(f"algo.{f.name}={draw(_edge_value(f))}" for f in chosen)]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(overrides=edge_overrides())
 def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
     from framework.trainer import train
