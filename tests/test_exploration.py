@@ -82,7 +82,15 @@ A4 = np.array([[0.0, 7.0, 1.0, 7.0]], np.float32)  # four actions, greedy ones a
 ])
 def test_epsilon_greedy_spends_one_uniform_per_decision(epsilon, uniform, expected):
     action = epsilon_greedy(jnp.asarray(A4), jnp.float32(epsilon), jnp.array([uniform], jnp.float32))
-    assert action.tolist() == [expected]
+    assert action.dtype == jnp.int32 and action.tolist() == [expected]
+
+
+def test_epsilon_greedy_works_over_leading_batch_axes():
+    """[seeds, envs, actions] with 4 actions and 3 envs: explored actions come from the last axis's size."""
+    q_values = jnp.asarray(np.broadcast_to(A4, (2, 3, 4)))
+    uniforms = jnp.array([[0.1, 0.3, 0.45], [0.6, 0.9, 0.2]], jnp.float32)
+    # epsilon 0.5: u / 0.5 * 4 -> actions 0, 2, 3; (u - 0.5) / 0.5 halves the two greedy actions -> 1, 3; 0.4 * 4 -> 1
+    assert epsilon_greedy(q_values, 0.5, uniforms).tolist() == [[0, 2, 3], [1, 3, 1]]
 
 
 def test_epsilon_greedy_takes_an_epsilon_per_env():
