@@ -31,12 +31,14 @@ def readme_commands() -> list[str]:
 
 
 def small_run(tokens: list[str]) -> list[str]:
-    """run.py's overrides with the run shortened: small step counts, two Optuna trials, no progress bar."""
+    """run.py's overrides with the run shortened: small step counts, two Optuna trials, no progress bar.
+    The added overrides join the command's own (argparse takes one run of them: `a=1 --cfg job b=2` fails)."""
     overrides = [t for t in tokens if t.partition("=")[0] not in SMALL]
-    overrides += [f"{key}={value}" for key, value in SMALL.items()] + ["progress=false"]
+    added = [f"{key}={value}" for key, value in SMALL.items()] + ["progress=false"]
     if any(t.startswith("+sweep=") for t in tokens):
-        overrides.append("hydra.sweeper.n_trials=2")
-    return overrides
+        added.append("hydra.sweeper.n_trials=2")
+    last = max((i for i, t in enumerate(overrides) if "=" in t and not t.startswith("-")), default=len(overrides) - 1)
+    return overrides[:last + 1] + added + overrides[last + 1:]
 
 
 COMMANDS = readme_commands()
@@ -71,3 +73,28 @@ def test_readme_command_runs(command, workdir):
     result = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
     assert "Traceback" not in result.stderr
+
+
+def configuration_table() -> dict[str, str]:
+    """The `key | default | meaning` rows of the README's Configuration section."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Configuration\n"):]
+    section = section[:section.index("\n## ", 1)]
+    return dict(re.findall(r"^\| `([\w.]+)` \| ([^|`]+?) \| [^|]+ \|$", section, re.M))
+
+
+def test_the_readme_keys_show_what_python_run_py_runs():
+    """The few keys the README lists carry the values `python run.py --cfg job` shows (the dataclasses' defaults)."""
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from framework.config import CONF_DIR, register_schemas
+
+    rows = configuration_table()
+    assert len(rows) >= 8 and "total_env_steps" in rows
+    register_schemas()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="readme"):
+        cfg = compose("config")
+    shown = {key: yaml.safe_load(value) for key, value in rows.items()}
+    assert shown == {key: OmegaConf.select(cfg, key) for key in rows}
