@@ -141,6 +141,20 @@ def test_stratified_sampling_inverts_the_cumulative_priorities():
     np.testing.assert_allclose(probabilities, leaves[indices] / cumulative[-1], rtol=1e-5)
 
 
+def test_probabilities_of_priorities_below_one_and_of_an_empty_buffer():
+    """Leaves and sums below 1 (priorities 0.01 to 0.5): each drawn item's probability is its share; a buffer
+    holding nothing yet gives probability 0 (weight 0), never a made-up 1."""
+    replay = make_prioritized_replay(8, 1, 4, ALPHA)
+    empty = replay.init({"id": jnp.int32(0)})
+    np.testing.assert_array_equal(replay.sample(empty, jnp.full(4, 0.5))[2], np.zeros(4))
+    priorities = np.array([0.01, 0.5, 0.02, 0.3, 0.05, 0.2, 0.1, 0.4], np.float32)
+    state = replay.set_priorities(empty, jnp.arange(8), jnp.asarray(priorities))
+    _, indices, probabilities = replay.sample(state, jnp.array([0.2, 0.4, 0.6, 0.8]))
+    leaves = priorities.astype(np.float64) ** ALPHA
+    assert leaves.sum() < 4 and len(set(np.asarray(indices).tolist())) > 1
+    np.testing.assert_allclose(probabilities, leaves[np.asarray(indices)] / leaves.sum(), rtol=1e-5)
+
+
 def test_a_uniform_at_a_strata_boundary_takes_the_item_that_starts_there():
     """Eight items of priority 1: stratum k of 4 starts at item 2k; its middle, (k + 0.5) / 4 of the total,
     is exactly where item 2k + 1 begins."""

@@ -69,6 +69,19 @@ def test_stability_counts_an_evaluation_exactly_at_the_target():
     assert history_of([[500]], target=None).after_first_hit(0) is None
 
 
+def test_stability_after_a_single_later_evaluation():
+    assert history_of([[100], [480], [300]]).stability(0) == 0.0
+    assert history_of([[100], [480], [476]]).stability(0) == 1.0
+
+
+def test_a_wrong_number_of_seeds_is_an_error_not_a_silent_truncation():
+    history = history_of([[500, 100]])
+    with pytest.raises(ValueError):
+        history.record(2000, np.array([500.0]), 1.0)
+    with pytest.raises(ValueError):
+        seed_results(history_of([[500, 100]]), np.ones((2, 3)), np.ones((1, 3)))
+
+
 def test_the_history_records_every_evaluation_as_plain_numbers():
     history = history_of([[500, 100], [480, 480.5], [500, 490]])
     assert history.env_steps == [1000, 2000, 3000]
@@ -117,6 +130,7 @@ def test_best_policies_take_only_the_improved_seeds(seed_axis):
     shape = (2, 3, 4) if seed_axis == 1 else (3, 4)  # [device, seed, ...] or [seed, ...]
     best = BestPolicies({"w": np.zeros(shape), "b": np.zeros(shape[:-1])}, seed_axis)
     best.keep(np.array([True, False, True]), {"w": np.ones(shape), "b": np.ones(shape[:-1])})
+    assert best.policies["w"].shape == shape and best.policies["b"].shape == shape[:-1]
     per_seed = best.policies["w"].swapaxes(0, seed_axis).reshape(3, -1).mean(axis=1)
     assert per_seed.tolist() == [1.0, 0.0, 1.0]
     assert best.policies["b"].swapaxes(0, seed_axis).reshape(3, -1).mean(axis=1).tolist() == [1.0, 0.0, 1.0]
