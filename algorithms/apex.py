@@ -189,7 +189,8 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         learner_updates = learner_updates + 1
         copy = learner_updates % config.target_update_period == 0
         target_params = select_tree(copy, train_state.params, target_params)
-        stats = {"loss": loss, "q_mean": chosen.mean(), "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
+        stats = {"loss": loss, "q_mean": chosen.mean(),
+                 "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
         return (train_state, target_params, replay_state, num_items, learner_updates, step_size), stats
 
     def update(state: ApexState) -> tuple[ApexState, dict]:
@@ -206,7 +207,8 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         # the decay follows the seed's env steps over all of its learners, as total_env_steps counts them
         step_size = decayed_learning_rate(config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps,
                                           env_steps * num_learners())
-        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates, step_size)
+        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates,
+                       step_size)
         # every batch's stratum positions at once: one draw site, not one per learner step
         stratum_uniforms = jax.random.uniform(learn_key, (config.learner_updates_per_iteration, config.batch_size))
         learned, stats = jax.lax.scan(learner_step, learn_carry, stratum_uniforms)

@@ -81,7 +81,8 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
 
     def init(key: jax.Array) -> TabularQState:
         key, reset_key = jax.random.split(key)
-        obs, env_state = jax.vmap(stats_env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_agents), env_params)
+        reset_all = jax.vmap(stats_env.reset, in_axes=(0, None))
+        obs, env_state = reset_all(jax.random.split(reset_key, num_agents), env_params)
         q_values = jnp.full((num_agents, height, width, num_actions), config.initial_q, jnp.float32)
         return TabularQState(q_values, obs, env_state, key)
 
@@ -131,5 +132,5 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
                          "seed 0, agent 0: max Q and greedy path (other agents thin)",
                          other_paths=paths[1:])
 
-    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update, save_artifacts=save_artifacts,
-                     population_policy=True, headline_metrics=(("train/episode_return", "train return"),))
+    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update,
+                     save_artifacts=save_artifacts, population_policy=True, headline_metrics=(("train/episode_return", "train return"),))

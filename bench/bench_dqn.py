@@ -2,7 +2,7 @@
 
     python bench/bench_dqn.py [--seeds 10] [--sb3-seeds 3] [--skip-sb3]
 
-lightspeed: `run.py algo=dqn env=cartpole num_seeds=10` (conf/algo/dqn.yaml with
+lightspeed: `run.py algo=dqn env=cartpole num_seeds=10` (`DQNConfig`'s defaults with
 conf/algo_env/dqn_cartpole.yaml), ten seeds vmapped in one process. With `target_return=475`: seconds
 from launch until every seed is solved by the sustained rule (3 periodic evaluations in a row >= 475),
 cold (no compilation cache) and relaunched with a filled cache. Without a target: the default-length
