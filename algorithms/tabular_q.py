@@ -133,4 +133,5 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
                          other_paths=paths[1:])
 
     return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update,
-                     save_artifacts=save_artifacts, population_policy=True, headline_metrics=(("train/episode_return", "train return"),))
+                     save_artifacts=save_artifacts, population_policy=True,
+                     headline_metrics=(("train/episode_return", "train return"),))
