@@ -107,7 +107,7 @@ def test_history_survives_its_json_round_trip():
     assert restored.solved_at_env_steps == [3000, 4000] and restored.solved_at_seconds == [2.0, 3.0]
 
 
-def test_seed_results_are_the_final_evaluations_and_the_historys_verdicts():
+def test_seed_results_by_hand():
     history = history_of([[100, 10], [480, 20], [500, 30], [470, 40]])
     final_returns, best_policy_returns = np.array([[1.0, 2, 6], [4, 4, 4]]), np.array([[3.0, 5, 7], [0, 1, 2]])
     rows = seed_results(history, final_returns, best_policy_returns)
