@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from algorithms.common.exploration import rollout_draws
 from algorithms.common.networks import QNetwork
 from algorithms.common.targets import td_errors
 from algorithms.dqn import DQNConfig, make_dqn
@@ -55,27 +56,47 @@ def test_td_errors_by_hand(tiny, double_q):
     assert errors[0] == pytest.approx(1.0 - numpy_q(params, obs)[0, 0], rel=1e-5), "a terminal item bootstrapped"
 
 
+CORRIDOR = dict(height=1, width=3, start=[0, 0], goal=[0, 2], max_steps=4, observation="one_hot")
+
+
 def _corridor_dqn(n_step):
-    """DQN on a 1x3 grid: start [0,0], goal [0,2], one-hot observations, 4-step time limit."""
-    env, params = make("gridworld", height=1, width=3, start=[0, 0], goal=[0, 2], max_steps=4, observation="one_hot")
+    """DQN on a 1x3 grid: start [0,0], goal [0,2], one-hot observations, 4-step time limit; every action random."""
+    env, params = make("gridworld", **CORRIDOR)
     config = DQNConfig(num_envs=1, buffer_size=64, batch_size=4, learning_starts=10_000, train_every=1,
                        n_step=n_step, discount=GAMMA, epsilon_start=1.0, epsilon_end=1.0)
     return make_dqn(config, env, params)
 
 
+def _corridor_steps(key, num_steps):
+    """The corridor stepped here with the draws DQN makes from its key (init: split in 3, the third resets
+    the one env; each update: split in 3, the second cut by rollout_draws into a uniform and an env key),
+    actions from epsilon 1 by hand: floor(u * num_actions). [(obs, action, reward, terminated, truncated,
+    observation before any reset)] per step, and the observation after the last."""
+    env, params = make("gridworld", **CORRIDOR)
+    step = jax.jit(env.step)
+    key, _, reset_key = jax.random.split(key, 3)
+    obs, env_state = env.reset(jax.random.split(reset_key, 1)[0], params)
+    steps = []
+    for _ in range(num_steps):
+        key, rollout_key, _ = jax.random.split(key, 3)
+        uniforms, env_keys = rollout_draws(rollout_key, 1, 1)
+        action = min(int(np.floor(float(uniforms[0, 0]) * env.num_actions)), env.num_actions - 1)
+        next_obs, env_state, reward, terminated, truncated, info = step(env_keys[0, 0], env_state, action, params)
+        steps.append((np.asarray(obs), action, float(reward), bool(terminated), bool(truncated),
+                      np.asarray(info["final_observation"])))
+        obs = next_obs
+    return steps, np.asarray(obs)
+
+
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_replay_items_follow_the_trajectory(n_step):
-    """Replay rows against n-step returns recomputed from the recorded rewards and ends."""
+    """Replay rows against n-step items computed here from the same env stepped with the same draws."""
     algorithm = _corridor_dqn(n_step)
-    state = algorithm.init(jax.random.key(3))
-    update = jax.jit(algorithm.update)
-    trajectory = []
-    for _ in range(40):
-        previous_obs = np.asarray(state.obs[0])
-        state, _ = update(state)
-        newest = lambda field: np.asarray(getattr(state.window, field)[-1, 0])
-        trajectory.append((previous_obs, int(newest("action")), float(newest("reward")), bool(newest("terminated")),
-                           bool(newest("truncated")), newest("next_obs")))
+    key = jax.random.key(3)
+    state, _ = jax.jit(lambda key: jax.lax.scan(lambda state, _: algorithm.update(state), algorithm.init(key),
+                                                length=40))(key)
+    trajectory, last_obs = _corridor_steps(key, 40)
+    np.testing.assert_array_equal(state.obs[0], last_obs)
     items = jax.tree.map(lambda x: np.asarray(x[0, :40]), state.replay_state.experience)
     for t in range(n_step - 1, 40):
         start = t - n_step + 1
@@ -94,7 +115,9 @@ def test_replay_items_follow_the_trajectory(n_step):
         assert items["bootstrap_discount"][t] == pytest.approx(discount)
         np.testing.assert_array_equal(items["bootstrap_obs"][t], bootstrap)
     assert all(items["valid"][: n_step - 1] == 0.0)
-    assert any(step[3] for step in trajectory) and any(step[4] for step in trajectory), "no episode end was exercised"
+    # terminations and time limits, inside full windows, and more than one action
+    assert any(step[3] for step in trajectory[n_step:]) and any(step[4] for step in trajectory[n_step:])
+    assert len({step[1] for step in trajectory}) > 1
 
 
 def test_seeds_get_different_networks():
@@ -126,7 +149,8 @@ def test_grid_cells_are_refused_with_a_hint():
 
 VARIANTS = {
     "defaults": {},
-    "dueling, Polyak targets, MSE, decaying rate, single-step": dict(dueling=True, tau=0.5, loss="mse", lr_decay_env_steps=2000, n_step=1),
+    "dueling, Polyak targets, MSE, decaying rate, single-step": dict(dueling=True, tau=0.5, loss="mse",
+                                                                     lr_decay_env_steps=2000, n_step=1),
     "plain Q, tanh": dict(double_q=False, activation="tanh", hidden_sizes=[16]),
 }
 
@@ -145,9 +169,9 @@ def test_variants_learn_deterministically(overrides):
     initial = algorithm.init(jax.random.key(5)).train_state.params
     moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.train_state.params, initial)
     assert all(jax.tree.leaves(moved))
+    raw = lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
     for a, b in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((again, metrics_again)), strict=True):
-        np.testing.assert_array_equal(jax.random.key_data(a) if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) else a,
-                                      jax.random.key_data(b) if jax.dtypes.issubdtype(b.dtype, jax.dtypes.prng_key) else b)
+        np.testing.assert_array_equal(raw(a), raw(b))
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -161,4 +185,5 @@ def test_cartpole_gets_dqn_settings_of_its_own(overrides, expected):
     from conftest import compose_config
 
     algo = compose_config(*overrides).algo
-    assert (algo.batch_size, algo.learning_rate, algo.target_update_period, algo.n_step, algo.lr_decay_env_steps) == expected
+    chosen = (algo.batch_size, algo.learning_rate, algo.target_update_period, algo.n_step, algo.lr_decay_env_steps)
+    assert chosen == expected
