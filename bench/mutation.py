@@ -42,8 +42,18 @@ MODULES = {
                   "not (final_evaluation_plays or saved_best_policy_reproduces or log_shows_the_headline)"]),
 }
 
-# mutant name -> why no test can tell it from the original
-EQUIVALENT: dict[str, str] = {}
+# mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)
+CLAMPED = "indexes a size-1 axis at 1; JAX clamps an out-of-bounds index to the last element, the same one"
+ARANGE_INT = "powers of an int32 arange instead of a float32 one: discount ** k is the same float32 either way"
+TAKE_AXIS = "take_along_axis's axis defaults to -1: dropping axis=-1 changes nothing"
+HUBER_EDGE = "< instead of <= at |error| = delta, where both branches give delta^2 / 2"
+TD_AXIS = "axis=+1 instead of -1 on Q(s) [batch, actions], 2-D by td_errors' own [:, None] indexing: the same axis"
+EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for name, why in {
+    "n_step_transition__mutmut_20": ARANGE_INT, "n_step_transition__mutmut_22": ARANGE_INT,
+    "n_step_transition__mutmut_65": CLAMPED, "n_step_transition__mutmut_74": CLAMPED,
+    "q_targets__mutmut_18": TAKE_AXIS, "q_targets__mutmut_21": CLAMPED, "huber__mutmut_10": HUBER_EDGE,
+    "td_errors__mutmut_14": TAKE_AXIS, "td_errors__mutmut_17": TD_AXIS, "td_errors__mutmut_19": CLAMPED,
+}.items()}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
 # repository's modules (conftest's load_plugins); importing them starts no JAX backend, so the fork stays safe
