@@ -1,4 +1,6 @@
 """DQN: targets by hand on a tiny network, the n-step items it writes, seeds, and its config checks."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,14 +69,15 @@ def _corridor_dqn(n_step):
     return make_dqn(config, env, params)
 
 
-def _corridor_steps(key, num_steps):
+@functools.lru_cache  # the same steps serve both window lengths
+def _corridor_steps(seed, num_steps):
     """The corridor stepped here with the draws DQN makes from its key (init: split in 3, the third resets
     the one env; each update: split in 3, the second cut by rollout_draws into a uniform and an env key),
     actions from epsilon 1 by hand: floor(u * num_actions). [(obs, action, reward, terminated, truncated,
     observation before any reset)] per step, and the observation after the last."""
     env, params = make("gridworld", **CORRIDOR)
     step = jax.jit(env.step)
-    key, _, reset_key = jax.random.split(key, 3)
+    key, _, reset_key = jax.random.split(jax.random.key(seed), 3)
     obs, env_state = env.reset(jax.random.split(reset_key, 1)[0], params)
     steps = []
     for _ in range(num_steps):
@@ -92,10 +95,10 @@ def _corridor_steps(key, num_steps):
 def test_replay_items_follow_the_trajectory(n_step):
     """Replay rows against n-step items computed here from the same env stepped with the same draws."""
     algorithm = _corridor_dqn(n_step)
-    key = jax.random.key(3)
-    state, _ = jax.jit(lambda key: jax.lax.scan(lambda state, _: algorithm.update(state), algorithm.init(key),
-                                                length=40))(key)
-    trajectory, last_obs = _corridor_steps(key, 40)
+    state, update = algorithm.init(jax.random.key(3)), jax.jit(algorithm.update)
+    for _ in range(40):
+        state, _ = update(state)
+    trajectory, last_obs = _corridor_steps(3, 40)
     np.testing.assert_array_equal(state.obs[0], last_obs)
     items = jax.tree.map(lambda x: np.asarray(x[0, :40]), state.replay_state.experience)
     for t in range(n_step - 1, 40):
