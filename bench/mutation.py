@@ -53,6 +53,17 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "n_step_transition__mutmut_65": CLAMPED, "n_step_transition__mutmut_74": CLAMPED,
     "q_targets__mutmut_18": TAKE_AXIS, "q_targets__mutmut_21": CLAMPED, "huber__mutmut_10": HUBER_EDGE,
     "td_errors__mutmut_14": TAKE_AXIS, "td_errors__mutmut_17": TD_AXIS, "td_errors__mutmut_19": CLAMPED,
+}.items()} | {f"algorithms.common.nstep.x_{name}": why for name, why in {
+    "push__mutmut_6": "concatenate without axis=0: its default axis is 0",
+    "empty_window__mutmut_28": "the rewards' zeros without dtype=float32: jnp.zeros' default dtype is float32",
+}.items()} | {f"algorithms.common.prioritized_replay.x_{name}": why for name, why in {
+    # the walk's guard against 0 / 0 at an empty node: there the node's children are 0 too, so every variant gives 0
+    "stratified_sample__mutmut_39": "value >= 0 instead of > 0 in the outer guard: at value 0 the ratio is 0 / 1 = 0",
+    "stratified_sample__mutmut_48": "value >= 0 in the inner guard: at value 0 the 0 / 0 is discarded by the outer one",
+    "stratified_sample__mutmut_50": "2.0 instead of 1.0 as the divisor the outer guard discards",
+    "importance_weights__mutmut_18": "2.0 instead of 1.0 as the stand-in probability the outer where discards",
+    "importance_weights__mutmut_26": "max(largest weight, 1.0) instead of 1e-30: with probabilities <= 1 and beta >= 0 "
+                                     "every drawable weight is >= 1, and a batch of none divides 0 either way",
 }.items()}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
