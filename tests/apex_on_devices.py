@@ -63,7 +63,8 @@ def two_devices_against_one(batch_size: int = 16) -> dict:
                                      out_specs=PartitionSpec(), check_vma=False))(items, weights)
 
     split, whole = jax.device_get((on_devices(2, PartitionSpec(DEVICE_AXIS)), on_devices(1, PartitionSpec())))
-    difference = lambda a, b: max(float(np.abs(x - y).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+    difference = lambda a, b: max(float(np.abs(x - y).max())
+                                  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
     largest = lambda tree: max(float(np.abs(x).max()) for x in jax.tree.leaves(tree))
     return {"gradient_difference": difference(split[0], whole[0]), "gradient_scale": largest(whole[0]),
             "params_difference": difference(split[1], whole[1]),

@@ -15,7 +15,8 @@ import subprocess  # noqa: E402
 import pytest  # noqa: E402
 
 
-def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess:
     """`python run.py OVERRIDES` in a subprocess, progress bar off, output in `run_dir`."""
     args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false"]
     if run_dir is not None:

@@ -22,8 +22,10 @@ CASES = {
     "more devices than exist": (["num_devices=3"], ["num_devices", "3", "at most the 1 devices"]),
     "unknown distributed option": (["distributed=cloud"], ["distributed", "cloud", "auto, local"]),
     "process id outside the cluster": (["distributed.num_processes=2", "distributed.process_id=2",
-                                        "distributed.coordinator_address=127.0.0.1:1234"], ["distributed.process_id", "2"]),
-    "cluster without a coordinator": (["distributed.num_processes=2"], ["distributed.coordinator_address", "host:port"]),
+                                        "distributed.coordinator_address=127.0.0.1:1234"],
+                                       ["distributed.process_id", "2"]),
+    "cluster without a coordinator": (["distributed.num_processes=2"],
+                                      ["distributed.coordinator_address", "host:port"]),
 }
 
 

@@ -11,8 +11,9 @@ from framework.loggers import JsonlLogger, final_summary
 def test_wandb_logger_goes_offline_without_an_api_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    result = run_cli("logger=wandb", "algo=tabular_q", "env=gridworld", "algo.num_agents=2", "algo.steps_per_update=10", "total_env_steps=200",
-                     "log_every=100", "eval_every=100", "eval_episodes=2", run_dir=tmp_path, timeout=180)
+    result = run_cli("logger=wandb", "algo=tabular_q", "env=gridworld", "algo.num_agents=2", "algo.steps_per_update=10",
+                     "total_env_steps=200", "log_every=100", "eval_every=100", "eval_episodes=2", run_dir=tmp_path,
+                     timeout=180)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline W&B run was written"
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2

@@ -147,7 +147,8 @@ def test_tabular_policies_are_one_agent_each(tabular_run):
 
 def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
     algo = registry.build_config("algo", algo_name, algo_overrides)
-    env = registry.build_config("env", env_name, {"observation": "one_hot"} if env_name == "gridworld" and algo_name != "tabular_q" else {})
+    one_hot = env_name == "gridworld" and algo_name != "tabular_q"
+    env = registry.build_config("env", env_name, {"observation": "one_hot"} if one_hot else {})
     return SimpleNamespace(algo=algo, env=env, seed=7, num_seeds=2)
 
 
@@ -169,7 +170,7 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     obs = np.asarray(obs)
     for seed in (0, 1):
         loaded = load_policy(tmp_path, seed_index=seed)
-        original = jax.tree.map(lambda leaf: jnp.asarray(leaf[seed]), policies)
+        original = jax.tree.map(lambda leaf, seed=seed: jnp.asarray(leaf[seed]), policies)
         if algorithm.population_policy:
             original = jax.tree.map(lambda leaf: leaf[:1], original)
         expected = np.asarray(algorithm.act(original, jnp.asarray(obs), jax.random.fold_in(jax.random.key(0), 1)))
@@ -193,7 +194,8 @@ def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     save_policies(tmp_path, "final", policies, train_cfg, env)  # arrays of [32, 32] saved beside a [64, 64] config
     with pytest.raises(ConfigError) as error:
         load_policy(tmp_path)
-    assert "Dense_0" in str(error.value) and "shape (32,), the config builds (64,)" in str(error.value) and "\n" not in str(error.value)
+    message = str(error.value)
+    assert "Dense_0" in message and "shape (32,), the config builds (64,)" in message and "\n" not in message
 
 
 def test_bad_input_to_load_policy_is_one_paragraph(dqn_run, tmp_path):

@@ -26,20 +26,24 @@ def write_run(run_dir: Path, overrides: list[str], finals: list[float], solved_s
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     if not summary:
         return run_dir
-    lines = [{"env_steps": step, "wall_seconds": 1.0, "env_steps_per_second": steps_per_second, "eval/return": float(np.mean(finals)),
-              "eval/return_per_seed": [f * (i + 1) / len(eval_steps) for f in finals]} for i, step in enumerate(eval_steps)]
+    lines = [{"env_steps": step, "wall_seconds": 1.0, "env_steps_per_second": steps_per_second,
+              "eval/return": float(np.mean(finals)),
+              "eval/return_per_seed": [f * (i + 1) / len(eval_steps) for f in finals]}
+             for i, step in enumerate(eval_steps)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     seeds = [{"seed_index": i, "final_eval_return": f, "solved_at_env_steps": s, "solved_at_seconds": t}
              for i, (f, s, t) in enumerate(zip(finals, solved_steps, solved_seconds, strict=True))]
     (run_dir / "summary.json").write_text(json.dumps({
         "seeds": seeds, "env_steps": eval_steps[-1], "env_steps_per_second": steps_per_second,
-        "env_steps_per_second_per_seed": steps_per_second / len(finals), "compile_seconds": 1.0, "wall_seconds": 2.0, "num_devices": 1}))
+        "env_steps_per_second_per_seed": steps_per_second / len(finals), "compile_seconds": 1.0, "wall_seconds": 2.0,
+        "num_devices": 1}))
     return run_dir
 
 
 def markdown_rows(report_md: str) -> dict[str, list[str]]:
     """Table rows of report.md by configuration name."""
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in report_md.splitlines() if line.startswith("| ")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in report_md.splitlines() if line.startswith("| ")]
     return {row[0]: row for row in rows[1:]}
 
 
@@ -63,7 +67,8 @@ def test_iqm_interval_matches_a_percentile_bootstrap_over_seeds():
     estimate, low, high = report.iqm_interval(values, resamples=20000)
     assert estimate == pytest.approx(trim_mean(values, 0.25))
     assert (low, high) == pytest.approx((expected_low, expected_high), abs=0.6)  # bootstrap noise of the two
-    assert report.iqm_interval(values, resamples=2000) == report.iqm_interval(values, resamples=2000)  # fixed random state
+    # a fixed random state
+    assert report.iqm_interval(values, resamples=2000) == report.iqm_interval(values, resamples=2000)
     assert report.iqm_interval(np.array([2.0, 2.0, 2.0]))[1:] == pytest.approx((2.0, 2.0))
 
 
@@ -92,7 +97,8 @@ def test_hydra_and_vmapped_seeds_of_the_same_overrides_form_one_configuration(tm
     groups = report.group_runs(runs)
     assert skipped == []
     assert {key: len(group) for key, group in groups.items()} == {
-        "algo=dqn env=cartpole num_seeds=2": 2, "algo.learning_rate=0.1 algo=dqn env=cartpole num_seeds=2": 1, "dqn on cartpole": 1}
+        "algo=dqn env=cartpole num_seeds=2": 2, "algo.learning_rate=0.1 algo=dqn env=cartpole num_seeds=2": 1,
+        "dqn on cartpole": 1}
     row = report.aggregate_row(groups["algo=dqn env=cartpole num_seeds=2"])
     assert (row["runs"], row["seeds"], row["mean_return"]) == (2, 4, pytest.approx(2.5))
 

@@ -36,7 +36,8 @@ def _seed_results(run_dir):
 
 def _final_state(run_dir):
     steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
-    return steps[-1], ocp.StandardCheckpointer().restore((run_dir / "checkpoints" / str(steps[-1]) / "state").absolute())
+    newest = (run_dir / "checkpoints" / str(steps[-1]) / "state").absolute()
+    return steps[-1], ocp.StandardCheckpointer().restore(newest)
 
 
 
@@ -176,7 +177,8 @@ def test_resume_with_a_changed_network_algorithm_or_env_exits_2_and_touches_no_c
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert named in result.stderr and result.stderr.strip().count("\n") == 0
         assert _checkpoint_files(tmp_path) == saved and not (tmp_path / "checkpoints_unreadable").exists()
-    assert run_cli(*_overrides(SMALL_DQN), "resume=true", run_dir=tmp_path).returncode == 0  # the right config still resumes
+    # the right config still resumes
+    assert run_cli(*_overrides(SMALL_DQN), "resume=true", run_dir=tmp_path).returncode == 0
 
 
 def test_an_intact_checkpoint_that_does_not_fit_the_devices_is_not_moved_aside(tmp_path):

@@ -69,7 +69,8 @@ def test_greedy_policy_follows_a_shortest_path_with_optimal_values(grid, tmp_pat
 
 def _one_agent(epsilon=0.0, **env_overrides):
     env, params = make("gridworld", **env_overrides)
-    algorithm = make_tabular_q(TabularQConfig(num_agents=1, steps_per_update=1, epsilon=epsilon, learning_rate=0.5, discount=DISCOUNT), env, params)
+    config = TabularQConfig(num_agents=1, steps_per_update=1, epsilon=epsilon, learning_rate=0.5, discount=DISCOUNT)
+    algorithm = make_tabular_q(config, env, params)
     return algorithm, algorithm.init(jax.random.key(0))
 
 
@@ -99,7 +100,8 @@ def _chi_square(counts, probabilities):
 def test_epsilon_greedy_frequencies(epsilon):
     q_values = jnp.array([1.0, 0.5, 1.0, 0.2])  # two greedy actions tied
     draws = 200_000
-    actions = epsilon_greedy(jnp.broadcast_to(q_values, (draws, 4)), epsilon, jax.random.uniform(jax.random.key(1), (draws,)))
+    uniforms = jax.random.uniform(jax.random.key(1), (draws,))
+    actions = epsilon_greedy(jnp.broadcast_to(q_values, (draws, 4)), epsilon, uniforms)
     counts = np.bincount(np.asarray(actions), minlength=4)
     expected = np.full(4, epsilon / 4) + np.array([0.5, 0.0, 0.5, 0.0]) * (1 - epsilon)
     observed = counts > 0
