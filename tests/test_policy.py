@@ -122,8 +122,11 @@ def test_a_gridworld_gif_walks_agent_zeros_path_to_the_goal(tabular_run, tmp_pat
     gif = tmp_path / "grid.gif"
     result = evaluate_cli(run_dir, "--gif", gif)
     assert result.returncode == 0, result.stderr
-    steps = json.loads((run_dir / "evaluation.json").read_text())["gif"]["steps"]
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())
+    steps = evaluation["gif"]["steps"]
     assert 18 <= steps <= 22  # 18 is the shortest path around these walls
+    # the GIF's episode is the first one of the table, and it reached the goal (1.0; steps give 0 by default)
+    assert evaluation["gif"]["return"] == evaluation["seeds"][0]["returns"][0] == 1.0
     image = Image.open(gif)
     assert image.n_frames == steps + 1
     last = np.asarray(_seek(image, steps).convert("RGB"))
