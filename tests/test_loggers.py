@@ -78,4 +78,6 @@ def test_tensorboard_logger_writes_the_metrics(tmp_path):
     for record in records:
         assert logged[("eval/return", record["env_steps"])] == pytest.approx(record["eval/return"])
         assert logged[("train/episode_return", record["env_steps"])] == pytest.approx(record["train/episode_return"])
-    assert any(tag == "final/eval_return" for tag, _, _ in scalars)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    finals = [value for tag, _, value in scalars if tag == "final/eval_return"]
+    assert finals == [pytest.approx(summary["final_eval_return"])]
