@@ -114,6 +114,18 @@ def test_add_writes_items_where_flashbax_would_and_sets_their_priorities():
     assert bool(ours.is_full) and int(ours.current_index) == 3
 
 
+def test_a_buffer_of_one_slot_per_row_keeps_each_rows_latest_item():
+    """capacity == rows (one slot per env, nothing forbids it): every add overwrites each row's only slot."""
+    replay = make_prioritized_replay(4, 4, 2, ALPHA)
+    state = replay.init({"id": jnp.int32(0)})
+    for step in (1, 2):
+        ids = jnp.arange(4)[:, None] * 10 + step  # [rows, 1 step]
+        state = replay.add(state, {"id": ids}, (step * (1 + jnp.arange(4, dtype=jnp.float32)))[:, None])
+    np.testing.assert_array_equal(state.experience["id"][:, 0], [2, 12, 22, 32])
+    np.testing.assert_allclose(replay.stored_priorities(state), [2.0, 4.0, 6.0, 8.0], rtol=1e-5)
+    assert bool(state.is_full) and int(state.current_index) == 0
+
+
 def test_stored_priorities_undo_the_exponent_and_empty_or_negative_slots_hold_zero():
     replay = make_prioritized_replay(8, 1, 4, ALPHA)
     state = replay.init({"id": jnp.int32(0)})
