@@ -32,9 +32,10 @@ CASES = {
 @pytest.mark.parametrize("overrides, expected", CASES.values(), ids=CASES.keys())
 def test_bad_input_is_one_clear_paragraph(overrides, expected, tmp_path):
     result = run_cli(*overrides, run_dir=tmp_path, timeout=120)
-    assert result.returncode != 0
+    assert result.returncode == 2, result.stderr  # 2: a config error (3: a diverged run, 1: a crash)
     assert "Traceback" not in result.stderr + result.stdout
     message = result.stderr.strip()
+    assert message.startswith("Invalid config: ") and "\n" not in message, message
     for piece in expected:
         assert piece in message, f"{piece!r} not in {message!r}"
     assert not (tmp_path / "metrics.jsonl").exists(), "the run started despite the bad input"
