@@ -56,7 +56,10 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
 }.items()} | {f"algorithms.common.nstep.x_{name}": why for name, why in {
     "push__mutmut_6": "concatenate without axis=0: its default axis is 0",
     "empty_window__mutmut_28": "the rewards' zeros without dtype=float32: jnp.zeros' default dtype is float32",
+    "oldest_transition__mutmut_28": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
 }.items()} | {f"algorithms.common.exploration.x_{name}": why for name, why in {
+    "greedy_with_random_ties__mutmut_15": "the tie's rank as float32 (astype(None)) instead of int32: a whole "
+                                          "number that compares with the counts of maxima the same way",
     "epsilon_greedy__mutmut_31": "the random action clamped at num_actions + 1 instead of - 1: u < epsilon makes "
                                  "u / epsilon < 1 in float32 (checked on 2M epsilons), so the clamp never acts",
     "actor_epsilons__mutmut_13": "asarray(epsilon, None) instead of float32: a Python float becomes float32 anyway",
@@ -67,6 +70,7 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     # only Flashbax's own sampler and writes read these, and this module calls neither (only buffer.init)
     "make_prioritized_replay__mutmut_5": "Flashbax's sample_batch_size=None: only Flashbax's sampler reads it",
     "make_prioritized_replay__mutmut_17": "Flashbax's priority_exponent left at its default: only its writes read it",
+    "make_prioritized_replay__mutmut_29": "priorities >= 0 instead of > 0: at 0 both branches store 0 ** alpha",
     # the walk's guard against 0 / 0 at an empty node: there the node's children are 0 too, so every variant gives 0
     "stratified_sample__mutmut_39": "value >= 0 instead of > 0 in the outer guard: at value 0 the ratio is 0 / 1 = 0",
     "stratified_sample__mutmut_48": "value >= 0 in the inner guard: at value 0 the 0 / 0 is discarded by the outer one",
