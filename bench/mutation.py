@@ -57,7 +57,11 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "push__mutmut_6": "concatenate without axis=0: its default axis is 0",
     "empty_window__mutmut_28": "the rewards' zeros without dtype=float32: jnp.zeros' default dtype is float32",
     "oldest_transition__mutmut_28": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
-}.items()} | {f"algorithms.common.exploration.x_{name}": why for name, why in {
+}.items()} | {
+    # mutmut names a method x<U+01C1>Class<U+01C1>method
+    "framework.protocol.x\u01c1BestPolicies\u01c1keep__mutmut_8": "reshape's -1 as -2: numpy 2 takes any negative "
+                                                                 "size as the one it infers",
+} | {f"algorithms.common.exploration.x_{name}": why for name, why in {
     "greedy_with_random_ties__mutmut_15": "the tie's rank as float32 (astype(None)) instead of int32: a whole "
                                           "number that compares with the counts of maxima the same way",
     "epsilon_greedy__mutmut_31": "the random action clamped at num_actions + 1 instead of - 1: u < epsilon makes "
