@@ -75,6 +75,7 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "make_prioritized_replay__mutmut_5": "Flashbax's sample_batch_size=None: only Flashbax's sampler reads it",
     "make_prioritized_replay__mutmut_17": "Flashbax's priority_exponent left at its default: only its writes read it",
     "make_prioritized_replay__mutmut_29": "priorities >= 0 instead of > 0: at 0 both branches store 0 ** alpha",
+    "make_prioritized_replay__mutmut_105": "leaves >= 0 instead of > 0: at 0 both branches read 0 ** (1 / alpha)",
     # the walk's guard against 0 / 0 at an empty node: there the node's children are 0 too, so every variant gives 0
     "stratified_sample__mutmut_39": "value >= 0 instead of > 0 in the outer guard: at value 0 the ratio is 0 / 1 = 0",
     "stratified_sample__mutmut_48": "value >= 0 in the inner guard: at value 0 the 0 / 0 is discarded by the outer one",
