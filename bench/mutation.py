@@ -11,8 +11,9 @@ this script overrides only the module to mutate and the test file. A table (modu
 survived, score) goes to stdout, progress to stderr. Mutants judged equivalent (no test can tell them
 from the original; the reason beside each in EQUIVALENT) are counted apart: the score is killed over
 the non-equivalent ones. To read a survivor: `cd .mutation/<module> && mutmut show <name>`.
-Not a test: pytest does not collect it and CI does not run it (a few hundred mutants take tens of
-minutes on 2 cores).
+Not a test: pytest does not collect it and CI does not run it. On 2026-12-02 on the shared 2-core VM (two
+modules at a time, other jobs running) the 828 mutants took ~62 minutes: targets 9, nstep 8, exploration 10,
+protocol 6, prioritized_replay 23 (each mutant is a fresh pytest process that imports JAX and compiles).
 """
 import argparse
 import json
