@@ -270,10 +270,9 @@ def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_pa
     assert result.returncode == 0, result.stderr
     assert "schema" not in result.stdout
     lines = result.stdout.splitlines()
-    plugin_options = {"algo": ["rightward"], "env": ["corridor"]}  # registered in the child process only
-    for group in ("algo", "env", "logger", "distributed", "sweep"):
-        options = sorted(group_options(group) + plugin_options.get(group, []))
-        assert f"{group}: {', '.join(options)}" in lines, (group, options)
+    # algo and env by name: this process also holds the probes other test modules register
+    for group in ("logger", "distributed", "sweep"):
+        assert f"{group}: {', '.join(group_options(group))}" in lines, group
     assert "algo: apex, dqn, rightward, tabular_q" in lines
     assert "env: cartpole, corridor, gridworld, gymnax, minatar" in lines
     assert "Chosen here: algo=apex env=cartpole logger=console distributed=auto." in result.stdout
