@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 IMPORT_NAMES = {"stable-baselines3": "stable_baselines3", "hydra-optuna-sweeper": "hydra_plugins.hydra_optuna_sweeper",
-                "tensorboardX": "tensorboardX", "lightspeed": "framework"}
+                "tensorboardX": "tensorboardX", "lightspeed": "framework", "pytest-xdist": "xdist"}
 
 
 def requirement_names(extra: str, extras: dict) -> list[str]:
