@@ -31,6 +31,7 @@ PARTNERS = {
     "env": {"algo"},  # an env whose observations the algorithm cannot take
     "env.observation": {"algo"},
     "env.width": {"env.height"},  # a 1x1 grid
+    "env.id": {"env.id_pattern"},  # the default id outside a changed pattern
     "env.start": {"env.height", "env.width", "env.walls"},  # outside the grid, or a wall
     "env.goal": {"env.height", "env.width", "env.walls", "env.start"},
     "env.walls": {"env.height", "env.width", "env.start", "env.goal", "env.random_start"},  # cut off, or outside
