@@ -176,7 +176,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
 
     def learner_step(carry: tuple, uniforms: jax.Array) -> tuple[tuple, dict]:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
-        train_state, target_params, replay_state, num_items, learner_updates, step_size = carry
+        train_state, target_params, replay_state, learner_updates, step_size = carry
         items, indices, probabilities = replay.sample(replay_state, uniforms)
         weights = importance_weights(probabilities, annealed_beta(config, learner_updates))
 
@@ -191,7 +191,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         target_params = select_tree(copy, train_state.params, target_params)
         stats = {"loss": loss, "q_mean": chosen.mean(),
                  "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
-        return (train_state, target_params, replay_state, num_items, learner_updates, step_size), stats
+        return (train_state, target_params, replay_state, learner_updates, step_size), stats
 
     def update(state: ApexState) -> tuple[ApexState, dict]:
         key, rollout_key, learn_key = jax.random.split(state.key, 3)
@@ -207,13 +207,12 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         # the decay follows the seed's env steps over all of its learners, as total_env_steps counts them
         step_size = decayed_learning_rate(config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps,
                                           env_steps * num_learners())
-        learn_carry = (state.train_state, state.target_params, replay_state, num_items, state.learner_updates,
-                       step_size)
+        learn_carry = (state.train_state, state.target_params, replay_state, state.learner_updates, step_size)
         # every batch's stratum positions at once: one draw site, not one per learner step
         stratum_uniforms = jax.random.uniform(learn_key, (config.learner_updates_per_iteration, config.batch_size))
         learned, stats = jax.lax.scan(learner_step, learn_carry, stratum_uniforms)
         ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
-        train_state, target_params, learned_replay, _, learner_updates, _ = learned
+        train_state, target_params, learned_replay, learner_updates, _ = learned
         train_state, target_params, learner_updates = select_tree(
             ready, (train_state, target_params, learner_updates),
             (state.train_state, state.target_params, state.learner_updates))

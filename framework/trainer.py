@@ -324,7 +324,7 @@ class StopRequest:
             return
         self.signal = signal.Signals(signum)
         print(f"{STOP_SIGNALS[self.signal]}: finishing this chunk, then a checkpoint and the summary "
-              f"({'Ctrl-C' if signum == signal.SIGINT else 'SIGTERM'} again to abort)", file=sys.stderr, flush=True)
+              f"({STOP_SIGNALS[self.signal]} again to abort)", file=sys.stderr, flush=True)
 
     def __enter__(self) -> "StopRequest":
         self.previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
