@@ -1,0 +1,372 @@
+"""Thread-safe primitives for the actor-learner runtime (Sebulba shape, one machine): a RateLimiter that holds
+the learner's samples per inserted transition near a target, a BoundedQueue that carries experience blocks
+from actors to the learner, a ParameterStore through which the learner publishes versioned parameters, and a
+StopSignal that records the first error of any thread and stops everything registered with it.
+
+Every blocking call takes a timeout (None waits forever) and raises RuntimeWaitTimeout when it runs out, or
+RuntimeStopped as soon as its primitive is stopped, so no thread outlives a partner that died."""
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Optional
+
+
+class RuntimeStopped(RuntimeError):
+    """A primitive was stopped while (or before) a thread waited on it; `reason` says why and `cause` holds the
+    partner's exception when a failure stopped it (StopSignal.raise_if_failed re-raises that one)."""
+
+    def __init__(self, reason: str, cause: Optional[BaseException] = None):
+        self.reason, self.cause = reason, cause
+        because = f" (caused by {type(cause).__name__}: {cause})" if cause is not None else ""
+        super().__init__(f"Runtime stopped: {reason}{because}")
+
+
+class RuntimeWaitTimeout(TimeoutError):
+    """A blocking call was not granted within its timeout; the message names the side, the wait and the counts."""
+
+
+def _check_timeout(timeout: Optional[float]) -> None:
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout={timeout!r} is not allowed: None (wait forever) or a number >= 0")
+
+
+def _check_count(name: str, value: Any) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{name}={value!r} is not allowed: an integer >= 1")
+
+
+class _Stoppable:
+    """A condition variable plus a stop that wakes every waiter; the base of the primitives below."""
+
+    def __init__(self):
+        self._condition = threading.Condition()  # an RLock inside: callbacks under it may read properties
+        self._stop: Optional[RuntimeStopped] = None
+
+    def stop(self, reason: str, cause: Optional[BaseException] = None) -> None:
+        """Wake all waiters with RuntimeStopped(reason, cause); later calls raise it at once. The first reason wins."""
+        with self._condition:
+            if self._stop is None:
+                self._stop = RuntimeStopped(reason, cause)
+            self._condition.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop is not None
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop is not None:
+            # a fresh exception per raise, so tracebacks of different threads do not pile onto one object
+            raise RuntimeStopped(self._stop.reason, self._stop.cause)
+
+    def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float], describe: Callable[[float], str],
+                    record: Callable[[float], None] = lambda seconds: None) -> None:
+        """Under the lock: return once ready() holds; record(seconds waited) whatever the outcome."""
+        _check_timeout(timeout)
+        self._raise_if_stopped()
+        if ready():
+            return
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise RuntimeWaitTimeout(describe(time.monotonic() - start))
+                self._condition.wait(remaining)
+                self._raise_if_stopped()
+                if ready():
+                    return
+        finally:
+            record(time.monotonic() - start)
+
+
+class RateLimiter(_Stoppable):
+    """Reverb's SampleToInsertRatio, counting items: transitions inserted and transitions sampled.
+
+    With diff = (inserts - min_inserts) * samples_per_insert - samples, once inserts >= min_inserts:
+    - an insert of n is granted if diff after it is <= +error_buffer;
+    - a sample of k is granted if diff after it is >= -error_buffer (never before min_inserts).
+    Two kinds of insert are granted beyond +error_buffer, as refusing them could block both sides forever:
+    - while inserts < min_inserts, an insert is always granted (sampling is not allowed yet, so nothing could
+      unblock it; Reverb's "inserts are free until min_size_to_sample"). A block that crosses min_inserts may
+      overshoot the bound by up to its own size times samples_per_insert; sampling brings diff back and no
+      insert is granted until it is.
+    - an insert is forced (counted in forced_inserts) while a sampler waits and cannot be granted: the waiting
+      sampler (the one learner) is the only thing that could lower diff, so nothing else would ever move. This
+      only happens when n * samples_per_insert + k > 2 * error_buffer (Reverb rejects such an error_buffer at
+      construction; here blocks and chunks are sized by the driver, so the limiter resolves it instead).
+    samples_per_insert=None runs free: samples are granted once min_inserts is reached, inserts never wait.
+
+    on_grant(kind, inserts, samples), kind "insert" or "sample", runs under the lock after each grant (a
+    test's hook for checking the bound on counts); it must be quick."""
+
+    def __init__(self, samples_per_insert: Optional[float], min_inserts: int, error_buffer: float,
+                 on_grant: Optional[Callable[[str, int, int], None]] = None):
+        super().__init__()
+        finite = lambda value: isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if samples_per_insert is not None and not (finite(samples_per_insert) and samples_per_insert > 0):
+            raise ValueError(f"samples_per_insert={samples_per_insert!r} is not allowed: None (free running) or a "
+                             "finite number > 0")
+        _check_count("min_inserts", min_inserts)
+        if not (finite(error_buffer) and error_buffer > 0):
+            raise ValueError(f"error_buffer={error_buffer!r} is not allowed: a finite number > 0 (at least one "
+                             "learner chunk's samples)")
+        self.samples_per_insert, self.min_inserts, self.error_buffer = samples_per_insert, min_inserts, error_buffer
+        self.on_grant = on_grant
+        self.inserts = self.samples = self.forced_inserts = 0
+        self.insert_wait_seconds = self.sample_wait_seconds = 0.0
+        self._waiting_inserts: list[int] = []  # sizes of blocked insert calls
+        self._waiting_samples: list[int] = []  # sizes of blocked sample calls
+
+    @property
+    def diff(self) -> float:
+        """Samples owed to (> 0) or taken ahead of (< 0) the target ratio; 0.0 when free running."""
+        if self.samples_per_insert is None:
+            return 0.0
+        return (self.inserts - self.min_inserts) * self.samples_per_insert - self.samples
+
+    @property
+    def measured_samples_per_insert(self) -> float:
+        return self.samples / max(self.inserts - self.min_inserts, 1)
+
+    @property
+    def waiting_inserts(self) -> int:
+        """Insert calls blocked right now (actors held back by a slow learner)."""
+        return len(self._waiting_inserts)
+
+    @property
+    def waiting_samples(self) -> int:
+        """Sample calls blocked right now (a learner starved by slow actors)."""
+        return len(self._waiting_samples)
+
+    def _sample_fits(self, k: int) -> bool:
+        if self.inserts < self.min_inserts:
+            return False
+        return self.samples_per_insert is None or self.diff - k >= -self.error_buffer
+
+    def _insert_fits(self, n: int) -> bool:
+        if self.samples_per_insert is None or self.inserts < self.min_inserts:
+            return True
+        return self.diff + n * self.samples_per_insert <= self.error_buffer
+
+    def _sampler_stuck(self) -> bool:
+        """A sampler waits and none of the waiting ones can be granted: no sampling will lower diff."""
+        return bool(self._waiting_samples) and not any(map(self._sample_fits, self._waiting_samples))
+
+    def _grant(self, kind: str, count: int) -> None:
+        if kind == "insert":
+            self.forced_inserts += not self._insert_fits(count)
+            self.inserts += count
+        else:
+            self.samples += count
+        self._condition.notify_all()
+        if self.on_grant is not None:
+            self.on_grant(kind, self.inserts, self.samples)
+
+    def _counts(self) -> str:
+        return (f"inserts={self.inserts}, samples={self.samples}, min_inserts={self.min_inserts}, "
+                f"samples_per_insert={self.samples_per_insert}, error_buffer={self.error_buffer}")
+
+    def try_insert(self, n: int) -> bool:
+        """Count n inserted items if granted now; False (nothing counted) if not. Raises RuntimeStopped."""
+        _check_count("n", n)
+        with self._condition:
+            self._raise_if_stopped()
+            if not (self._insert_fits(n) or self._sampler_stuck()):
+                return False
+            self._grant("insert", n)
+            return True
+
+    def try_sample(self, k: int) -> bool:
+        """Count k sampled items if granted now; False (nothing counted) if not. Raises RuntimeStopped."""
+        _check_count("k", k)
+        with self._condition:
+            self._raise_if_stopped()
+            if not self._sample_fits(k):
+                return False
+            self._grant("sample", k)
+            return True
+
+    def acquire_insert(self, n: int, timeout: Optional[float] = None) -> None:
+        """Block until an insert of n items is granted, then count it."""
+        _check_count("n", n)
+        with self._condition:
+            self._waiting_inserts.append(n)
+            try:
+                self._wait_until(lambda: self._insert_fits(n) or self._sampler_stuck(), timeout,
+                                 lambda waited: f"RateLimiter: the inserting side (actors) waited {waited:.2f} s "
+                                 f"for an insert of {n} items (timeout {timeout} s); the learner sampled too "
+                                 f"little: {self._counts()}", self._record_insert_wait)
+            finally:
+                self._waiting_inserts.remove(n)
+            self._grant("insert", n)
+
+    def acquire_sample(self, k: int, timeout: Optional[float] = None) -> None:
+        """Block until a sample of k items is granted, then count it."""
+        _check_count("k", k)
+        with self._condition:
+            self._waiting_samples.append(k)
+            self._condition.notify_all()  # a blocked inserter may now be the one to force through (see the class)
+            try:
+                self._wait_until(lambda: self._sample_fits(k), timeout,
+                                 lambda waited: f"RateLimiter: the sampling side (learner) waited {waited:.2f} s "
+                                 f"for a sample of {k} items (timeout {timeout} s); the actors inserted too "
+                                 f"little: {self._counts()}", self._record_sample_wait)
+            finally:
+                self._waiting_samples.remove(k)
+            self._grant("sample", k)
+
+    def _record_insert_wait(self, seconds: float) -> None:
+        self.insert_wait_seconds += seconds
+
+    def _record_sample_wait(self, seconds: float) -> None:
+        self.sample_wait_seconds += seconds
+
+
+class BoundedQueue(_Stoppable):
+    """A FIFO of at most maxsize items between threads; put blocks when full, get when empty. Once stopped (by
+    either side, e.g. because the other one died), both raise RuntimeStopped; drain() still returns the rest."""
+
+    def __init__(self, maxsize: int):
+        super().__init__()
+        _check_count("maxsize", maxsize)
+        self.maxsize = maxsize
+        self._items: deque = deque()
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    @property
+    def fill(self) -> float:
+        """qsize / maxsize, a metric: near 1 the learner is the bottleneck, near 0 the actors are."""
+        return len(self._items) / self.maxsize
+
+    def put(self, item: Any, timeout: Optional[float] = None) -> None:
+        with self._condition:
+            self._wait_until(lambda: len(self._items) < self.maxsize, timeout,
+                             lambda waited: f"BoundedQueue: put waited {waited:.2f} s (timeout {timeout} s) on a "
+                             f"full queue ({len(self._items)}/{self.maxsize} items); nothing took from it")
+            self._items.append(item)
+            self._condition.notify_all()
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        with self._condition:
+            self._wait_until(lambda: bool(self._items), timeout,
+                             lambda waited: f"BoundedQueue: get waited {waited:.2f} s (timeout {timeout} s) on an "
+                             f"empty queue (maxsize {self.maxsize}); nothing put into it")
+            item = self._items.popleft()
+            self._condition.notify_all()
+            return item
+
+    def drain(self) -> list:
+        """Remove and return every item left, oldest first (works after stop, too)."""
+        with self._condition:
+            items = list(self._items)
+            self._items.clear()
+            self._condition.notify_all()
+            return items
+
+
+class ParameterStore(_Stoppable):
+    """The learner publishes versioned parameters; actors read the newest without blocking. A publish swaps a
+    reference under the lock, so publish a copy the learner will not mutate (JAX arrays are immutable)."""
+
+    def __init__(self, params: Any = None, version: int = -1):
+        super().__init__()
+        self._params, self._version = params, version
+
+    def publish(self, params: Any, version: int) -> bool:
+        """Make (params, version) the newest; an older or equal version than the stored one is ignored (False)."""
+        with self._condition:
+            if version <= self._version:
+                return False
+            self._params, self._version = params, version
+            self._condition.notify_all()
+            return True
+
+    def latest(self) -> tuple[Any, int]:
+        """The newest (params, version); (initial params, initial version) before any publish."""
+        with self._condition:
+            return self._params, self._version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def wait_for(self, version: int, timeout: Optional[float] = None) -> tuple[Any, int]:
+        """Block until a version >= `version` is published (lockstep mode); return the newest (params, version)."""
+        with self._condition:
+            self._wait_until(lambda: self._version >= version, timeout,
+                             lambda waited: f"ParameterStore: waited {waited:.2f} s (timeout {timeout} s) for "
+                             f"parameters version >= {version}; the newest is {self._version}")
+            return self._params, self._version
+
+
+class StopSignal:
+    """One place for the first error of any thread: fail() records it and stops every registered primitive,
+    so their waiters raise RuntimeStopped; the driver then calls raise_if_failed() to re-raise it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._primitives: list[_Stoppable] = []
+        self.reason: Optional[str] = None
+        self.error: Optional[BaseException] = None
+        self.where: Optional[str] = None
+
+    def register(self, *primitives: _Stoppable) -> None:
+        """Stop these with the others; if the signal already fired, stop them now."""
+        with self._lock:
+            self._primitives.extend(primitives)
+            reason, error = self.reason, self.error
+        if reason is not None:
+            for primitive in primitives:
+                primitive.stop(reason, error)
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until stopped or timeout; True if stopped."""
+        return self._event.wait(timeout)
+
+    def stop(self, reason: str) -> None:
+        """A normal stop (training done, a checkpoint): stops everything, records no error."""
+        self._fire(reason, None)
+
+    def fail(self, error: BaseException, where: str) -> None:
+        """Record `error` raised in `where` (the first one wins) and stop everything. A RuntimeStopped is only
+        the echo of an earlier stop, so it is not recorded as an error."""
+        if isinstance(error, RuntimeStopped):
+            return
+        with self._lock:
+            if self.error is None:
+                self.error, self.where = error, where
+        self._fire(f"{where} failed", error)
+
+    def _fire(self, reason: str, error: Optional[BaseException]) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            primitives = list(self._primitives)
+        self._event.set()
+        for primitive in primitives:
+            primitive.stop(reason, error)
+
+    def raise_if_failed(self) -> None:
+        """Re-raise the first recorded error (in the caller's thread); nothing if none."""
+        if self.error is not None:
+            raise self.error
+
+    def guarded(self, where: str, function: Callable[..., Any], *args: Any) -> Callable[[], None]:
+        """A thread target that runs function(*args) and fail()s with whatever it raises."""
+
+        def target() -> None:
+            try:
+                function(*args)
+            except BaseException as error:  # noqa: B036 - any error in a thread must reach the driver
+                self.fail(error, where)
+
+        return target

@@ -1,0 +1,298 @@
+"""framework/runtime.py: the rate limiter's bound checked on counts at every grant, and the blocking primitives'
+timeouts and stops."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from framework.runtime import (
+    BoundedQueue,
+    ParameterStore,
+    RateLimiter,
+    RuntimeStopped,
+    RuntimeWaitTimeout,
+    StopSignal,
+)
+
+WAKE_SECONDS = 0.2  # a stop must wake a blocked waiter within this
+
+
+class BoundChecker:
+    """on_grant hook: after every grant, -E <= diff <= E once min_inserts is reached, except the documented
+    overshoot of the block that reaches min_inserts (and no insert until diff is back under E)."""
+
+    def __init__(self, samples_per_insert: float, min_inserts: int, error_buffer: float):
+        self.spi, self.min_inserts, self.error_buffer = samples_per_insert, min_inserts, error_buffer
+        self.ceiling, self.previous_inserts, self.grants = error_buffer, 0, 0
+        self.violations: list[str] = []
+
+    def __call__(self, kind: str, inserts: int, samples: int) -> None:
+        self.grants += 1
+        if inserts < self.min_inserts:
+            self._expect(samples == 0, f"{kind}: sampled {samples} before min_inserts")
+        else:
+            diff = (inserts - self.min_inserts) * self.spi - samples
+            if kind == "insert" and self.previous_inserts < self.min_inserts:
+                self.ceiling = max(self.error_buffer, diff)  # the block that reaches min_inserts may overshoot
+            self._expect(-self.error_buffer <= diff <= self.ceiling, f"{kind}: diff={diff} at {inserts}/{samples}")
+            if diff <= self.error_buffer:
+                self.ceiling = self.error_buffer
+        self.previous_inserts = inserts
+
+    def _expect(self, condition: bool, message: str) -> None:
+        if not condition:
+            self.violations.append(message)
+
+
+def wait_until(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the other thread never blocked"
+        time.sleep(0.001)
+
+
+def insert_allowed(inserts, samples, n, spi, min_inserts, error_buffer) -> bool:
+    return inserts < min_inserts or (inserts + n - min_inserts) * spi - samples <= error_buffer
+
+
+def sample_allowed(inserts, samples, k, spi, min_inserts, error_buffer) -> bool:
+    return inserts >= min_inserts and (inserts - min_inserts) * spi - samples - k >= -error_buffer
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_limiter_grants_exactly_what_the_bound_allows(seed):
+    rng = np.random.default_rng(seed)
+    # dyadic ratios and buffers, so float counts are exact at the boundaries
+    spi = float(rng.choice([0.25, 0.5, 1.0, 1.5, 2.0, 3.5, 8.0]))
+    min_inserts, error_buffer = int(rng.integers(1, 60)), float(rng.integers(8, 80)) / 2
+    checker = BoundChecker(spi, min_inserts, error_buffer)
+    limiter = RateLimiter(spi, min_inserts, error_buffer, on_grant=checker)
+    refused = 0
+    for _ in range(600):
+        inserts, samples = limiter.inserts, limiter.samples
+        if rng.random() < 0.5:
+            n = int(rng.integers(1, 9))
+            expected = insert_allowed(inserts, samples, n, spi, min_inserts, error_buffer)
+            assert limiter.try_insert(n) == expected, (inserts, samples, n)
+        else:
+            k = int(rng.integers(1, int(error_buffer) + 1))  # the caller's guarantee: error_buffer >= a chunk
+            expected = sample_allowed(inserts, samples, k, spi, min_inserts, error_buffer)
+            assert limiter.try_sample(k) == expected, (inserts, samples, k)
+        refused += not expected
+        assert (limiter.inserts, limiter.samples) != (inserts, samples) or not expected  # a refusal counts nothing
+    assert checker.violations == []
+    assert checker.grants == 600 - refused and 0 < refused < 600
+    assert limiter.forced_inserts == 0
+
+
+def test_no_sample_before_min_inserts_then_free_running():
+    grants: list[tuple[str, int, int]] = []
+    limiter = RateLimiter(None, min_inserts=10, error_buffer=1.0, on_grant=lambda *grant: grants.append(grant))
+    assert not limiter.try_sample(1)
+    assert limiter.try_insert(9) and not limiter.try_sample(1)
+    assert limiter.try_insert(1) and limiter.try_sample(1000)  # free running: no bound after min_inserts
+    assert all(limiter.try_insert(100) for _ in range(50))  # and inserts never wait
+    assert grants[:3] == [("insert", 9, 0), ("insert", 10, 0), ("sample", 10, 1000)]
+    assert limiter.measured_samples_per_insert == 1000 / 5000
+
+
+def test_block_crossing_min_inserts_is_granted_then_sampling_catches_up():
+    limiter = RateLimiter(4.0, min_inserts=10, error_buffer=8.0)
+    assert limiter.try_insert(9)
+    assert limiter.try_insert(20)  # reaches min_inserts: granted although diff becomes 19 * 4 = 76 > 8
+    assert not limiter.try_insert(1)  # no insert until sampling brings diff back under the bound
+    while limiter.try_sample(8):
+        pass
+    assert limiter.diff - 8 < -8 <= limiter.diff
+    assert limiter.try_insert(1) and limiter.forced_inserts == 0
+
+
+def test_insert_is_forced_when_the_waiting_sampler_cannot_move():
+    limiter = RateLimiter(4.0, min_inserts=1, error_buffer=10.0)
+    limiter.acquire_insert(1)
+    with pytest.raises(RuntimeWaitTimeout, match="inserting side"):
+        limiter.acquire_insert(6, timeout=0.05)  # 24 > 10, and no sampler could make room
+    inserter = threading.Thread(target=limiter.acquire_insert, args=(6, 5.0))
+    inserter.start()
+    wait_until(lambda: limiter.waiting_inserts == 1)
+    limiter.acquire_sample(12, timeout=5.0)  # 0 - 12 < -10 blocks it, so the insert is forced, which unblocks it
+    inserter.join(5.0)
+    assert not inserter.is_alive()
+    assert (limiter.inserts, limiter.samples, limiter.forced_inserts) == (7, 12, 1)
+
+
+def test_threaded_inserter_and_sampler_hold_the_ratio():
+    spi, min_inserts, error_buffer, block, chunk = 2.0, 160, 64.0, 8, 32
+    insert_calls = 400
+    sample_calls = int((insert_calls * block - min_inserts) * spi) // chunk  # every sample the inserts pay for
+    checker = BoundChecker(spi, min_inserts, error_buffer)
+    limiter = RateLimiter(spi, min_inserts, error_buffer, on_grant=checker)
+    errors: list[BaseException] = []
+
+    def run(calls: int, acquire, size: int, pause: float) -> None:
+        try:
+            for _ in range(calls):
+                acquire(size, timeout=10.0)
+                time.sleep(pause)  # the sampler is the slower side, so the inserter must wait
+        except BaseException as error:  # noqa: B036 - reported by the assert below
+            errors.append(error)
+
+    sampler = threading.Thread(target=run, args=(sample_calls, limiter.acquire_sample, chunk, 0.0002))
+    inserter = threading.Thread(target=run, args=(insert_calls, limiter.acquire_insert, block, 0.0))
+    sampler.start()
+    wait_until(lambda: limiter.waiting_samples == 1)  # the sampler waits for min_inserts before the inserter starts
+    inserter.start()
+    for thread in (sampler, inserter):
+        thread.join(20.0)
+    assert errors == [] and not sampler.is_alive() and not inserter.is_alive()
+    assert (limiter.inserts, limiter.samples) == (insert_calls * block, sample_calls * chunk)
+    assert abs(limiter.measured_samples_per_insert - spi) <= error_buffer / (limiter.inserts - min_inserts)
+    assert checker.violations == [] and checker.grants == insert_calls + sample_calls
+    assert limiter.forced_inserts == 0
+    assert limiter.sample_wait_seconds > 0 and limiter.insert_wait_seconds > 0
+
+
+@pytest.mark.parametrize("side, waiter", [("insert", "inserting"), ("sample", "sampling")])
+def test_limiter_timeout_names_the_side_and_counts(side, waiter):
+    limiter = RateLimiter(1.0, min_inserts=4, error_buffer=2.0)
+    if side == "insert":
+        limiter.acquire_insert(6)  # diff = 2: the bound is reached
+    start = time.monotonic()
+    with pytest.raises(RuntimeWaitTimeout, match=f"{waiter} side.*inserts={6 if side == 'insert' else 0}, samples=0"):
+        getattr(limiter, f"acquire_{side}")(1, timeout=0.1)
+    assert 0.1 <= time.monotonic() - start < 0.1 + WAKE_SECONDS
+    assert getattr(limiter, f"{side}_wait_seconds") >= 0.1
+
+
+def blocked_calls():
+    """(primitive, a call that blocks on it) for every blocking call in the module."""
+    limiter_full = RateLimiter(1.0, min_inserts=1, error_buffer=1.0)
+    limiter_full.acquire_insert(2)
+    full_queue = BoundedQueue(1)
+    full_queue.put("block")
+    store = ParameterStore()
+    empty_limiter, empty_queue = RateLimiter(1.0, 1, 1.0), BoundedQueue(1)
+    return {
+        "insert": (limiter_full, lambda: limiter_full.acquire_insert(1)),
+        "sample": (empty_limiter, lambda: empty_limiter.acquire_sample(1)),
+        "put": (full_queue, lambda: full_queue.put("another")),
+        "get": (empty_queue, lambda: empty_queue.get()),
+        "wait_for": (store, lambda: store.wait_for(3)),
+    }
+
+
+@pytest.mark.parametrize("call", ["insert", "sample", "put", "get", "wait_for"])
+def test_stop_wakes_a_blocked_waiter_with_the_reason(call):
+    primitive, blocking = blocked_calls()[call]
+    outcome: list = []
+
+    def wait() -> None:
+        try:
+            blocking()
+        except RuntimeStopped as stopped:
+            outcome.append((stopped, time.monotonic()))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.05)  # let it block
+    assert thread.is_alive() and outcome == []
+    started = time.monotonic()
+    primitive.stop("checkpoint at step 100")
+    thread.join(5.0)
+    stopped, woke = outcome[0]
+    assert woke - started < WAKE_SECONDS
+    assert stopped.reason == "checkpoint at step 100" and stopped.cause is None
+    with pytest.raises(RuntimeStopped, match="checkpoint at step 100"):
+        blocking()  # after a stop, calls raise at once
+
+
+def test_queue_blocks_when_full_and_when_empty_then_drains():
+    queue = BoundedQueue(2)
+    with pytest.raises(RuntimeWaitTimeout, match="empty queue"):
+        queue.get(timeout=0.05)
+    queue.put("a", timeout=0)
+    queue.put("b", timeout=0)
+    assert queue.fill == 1.0
+    start = time.monotonic()
+    with pytest.raises(RuntimeWaitTimeout, match="full queue"):
+        queue.put("c", timeout=0.1)
+    assert 0.1 <= time.monotonic() - start < 0.1 + WAKE_SECONDS
+    assert queue.get() == "a" and queue.fill == 0.5
+    queue.put("c")
+    queue.stop("checkpoint")
+    assert queue.drain() == ["b", "c"] and queue.qsize() == 0
+
+
+def test_queue_put_waits_for_a_get():
+    queue = BoundedQueue(1)
+    queue.put(1)
+    taker = threading.Timer(0.05, queue.get)
+    taker.start()
+    queue.put(2, timeout=5.0)  # unblocked by the get
+    taker.join()
+    assert queue.drain() == [2]
+
+
+def test_parameter_store_newest_version_wins_and_wait_for():
+    store = ParameterStore({"w": 0}, version=0)
+    assert store.latest() == ({"w": 0}, 0)
+    assert store.publish({"w": 2}, 2)
+    assert not store.publish({"w": 1}, 1)  # a late, older copy does not replace the newer one
+    assert store.latest() == ({"w": 2}, 2) and store.wait_for(2, timeout=0) == ({"w": 2}, 2)
+    publisher = threading.Timer(0.05, store.publish, args=({"w": 5}, 5))
+    publisher.start()
+    assert store.wait_for(4, timeout=5.0) == ({"w": 5}, 5)
+    publisher.join()
+    with pytest.raises(RuntimeWaitTimeout, match="version >= 6; the newest is 5"):
+        store.wait_for(6, timeout=0.05)
+
+
+def test_stop_signal_carries_the_first_error_to_every_waiter():
+    signal, queue, limiter = StopSignal(), BoundedQueue(1), RateLimiter(1.0, 1, 1.0)
+    signal.register(queue, limiter)
+    woken: list[RuntimeStopped] = []
+
+    def learner() -> None:
+        try:
+            queue.get()
+        except RuntimeStopped as stopped:
+            woken.append(stopped)
+            raise  # an echo of the actor's failure: fail() ignores it
+
+    def actor() -> None:
+        raise FloatingPointError("env step returned NaN")
+
+    threads = [threading.Thread(target=signal.guarded("learner", learner)),
+               threading.Thread(target=signal.guarded("actor 0", actor))]
+    threads[0].start()
+    time.sleep(0.05)
+    threads[1].start()
+    for thread in threads:
+        thread.join(5.0)
+    assert signal.stopped and signal.where == "actor 0" and woken[0].reason == "actor 0 failed"
+    assert isinstance(woken[0].cause, FloatingPointError) and "NaN" in str(woken[0])
+    with pytest.raises(RuntimeStopped, match="actor 0 failed"):
+        limiter.acquire_sample(1)
+    with pytest.raises(FloatingPointError, match="NaN"):
+        signal.raise_if_failed()
+    late = BoundedQueue(1)
+    signal.register(late)  # registered after the stop: stopped at once
+    assert late.stopped
+
+
+def test_normal_stop_records_no_error():
+    signal, store = StopSignal(), ParameterStore()
+    signal.register(store)
+    signal.stop("training done")
+    signal.raise_if_failed()
+    assert signal.wait(0) and store.stopped and signal.error is None
+    with pytest.raises(RuntimeStopped, match="training done"):
+        store.wait_for(1)
+
+
+@pytest.mark.parametrize("arguments", [(0.0, 1, 1.0), (-1.0, 1, 1.0), (float("nan"), 1, 1.0), (1.0, 0, 1.0),
+                                       (1.0, 1, 0.0), (1.0, 1.5, 1.0), (None, 1, float("inf"))])
+def test_limiter_rejects_bad_arguments(arguments):
+    with pytest.raises(ValueError, match="is not allowed"):
+        RateLimiter(*arguments)
