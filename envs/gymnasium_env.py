@@ -1,0 +1,108 @@
+"""Any gymnasium environment with a discrete action space, stepped on the host by actor threads.
+
+    python run.py env=gymnasium env.id=CartPole-v1 env.num_workers=2
+    python run.py env=gymnasium env.id=MinAtar/Breakout-v1          # pip install "lightspeed[minatar]"
+    python run.py env=gymnasium env.id=my_package.envs:MyEnv-v0     # imports the module that registers it
+
+The envs run in Python (framework/host_env.py), in this process or in `num_workers` worker processes,
+each capped at `max_episode_steps` by gymnasium's TimeLimit (default: the id's registered cap; MinAtar
+ids 1000, Freeway 2500). `check_env_id` fails on a bad id, a missing dependency or an unsupported space
+before anything starts. Image observations given channels first ([C, H, W]) must be declared with
+`channels_first=true`: they are transposed to [H, W, C] for the networks, never guessed from the shape.
+"""
+import dataclasses
+from typing import Any, Callable, Optional
+
+import gymnasium
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from framework.errors import ConfigError, check, check_choice, check_positive_int
+from framework.host_env import (
+    DEFAULT_TIMEOUT_S,
+    EnvFactory,
+    HostVectorEnv,
+    build_vector_env,
+    check_spaces,
+    describe,
+    env_factory,
+    pip_hint,
+)
+
+ON_ERROR = ("stop", "restart")
+
+
+@dataclasses.dataclass
+class GymnasiumConfig:
+    name: str = "gymnasium"
+    id: str = "CartPole-v1"  # a registered gymnasium id, or module:Id to import the module that registers it
+    # keyword arguments of the env's constructor (gymnasium.make(id, **kwargs))
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the step cap every episode is truncated at; None: the id's registered cap (MinAtar: 1000, Freeway 2500)
+    max_episode_steps: Optional[int] = None
+    # 0: the envs step in this process; k: in k worker processes holding num_envs / k envs each
+    num_workers: int = 0
+    # the observation is an image given as [C, H, W] (declared, never guessed): transposed to [H, W, C]
+    channels_first: bool = False
+    # what a failing env does to the run: stop it, or restart the envs and go on
+    on_error: str = "stop"
+
+    def validate(self) -> None:
+        """Types and ranges only: the id itself is checked by `check_env_id`, which imports and builds it."""
+        check(isinstance(self.id, str) and self.id != "", "env.id", self.id,
+              "a gymnasium environment id, e.g. CartPole-v1 or MinAtar/Breakout-v1")
+        check(isinstance(self.kwargs, dict) and all(isinstance(key, str) for key in self.kwargs), "env.kwargs",
+              self.kwargs, "a mapping of the env constructor's argument names to values")
+        if self.max_episode_steps is not None:
+            check_positive_int("env.max_episode_steps", self.max_episode_steps)
+        check_positive_int("env.num_workers", self.num_workers, minimum=0)
+        check(isinstance(self.channels_first, bool), "env.channels_first", self.channels_first, "true or false")
+        check_choice("env.on_error", self.on_error, ON_ERROR)
+
+
+def probe_env(factory: EnvFactory, env_id: str) -> gymnasium.Env:
+    """One env built in this process, its construction failures as config errors."""
+    try:
+        return factory.make()
+    except TypeError as error:
+        raise ConfigError("env.kwargs", factory.kwargs, f"keyword arguments that {env_id}'s constructor takes",
+                          describe(error)) from None
+    except (ImportError, gymnasium.error.DependencyNotInstalled) as error:
+        missing = getattr(error, "name", None)
+        allowed = f"an id whose dependencies are installed: {pip_hint(missing)}" if missing else (
+            "an id whose dependencies are installed")
+        raise ConfigError("env.id", env_id, allowed, f"building it failed: {describe(error)}") from None
+
+
+def check_channels(config: GymnasiumConfig, observation_space: spaces.Space) -> None:
+    if config.channels_first:
+        image = isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 3
+        check(image, "env.channels_first", True, "false, unless the observation is an image of shape [C, H, W]",
+              f"{config.id}'s observation space is {observation_space}")
+
+
+def check_env_id(config: GymnasiumConfig) -> EnvFactory:
+    """The factory of `config`'s env, once its id, dependencies, kwargs, step cap and spaces are known good.
+
+    Builds one env in this process to read its spaces; every problem is a one-paragraph ConfigError."""
+    config.validate()
+    factory = env_factory(config.id, config.kwargs, config.max_episode_steps)
+    probe = probe_env(factory, config.id)
+    try:
+        check_spaces(config.id, probe.action_space, probe.observation_space)
+        check_channels(config, probe.observation_space)
+    finally:
+        probe.close()
+    return dataclasses.replace(factory, channels_first=config.channels_first)
+
+
+def make_host_env(config: GymnasiumConfig, num_envs: int, autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> HostVectorEnv:
+    """`num_envs` envs of `config` behind the normalized HostStep interface."""
+    factory = check_env_id(config)
+    return HostVectorEnv(build_vector_env(factory, num_envs, config.num_workers, autoreset_mode, timeout_s), config.id)
+
+
+def evaluation_env_maker(config: GymnasiumConfig) -> Callable[[], gymnasium.Env]:
+    """What `framework.host_env.host_evaluate` builds each evaluation episode's env with."""
+    return check_env_id(config).make
