@@ -16,13 +16,14 @@ import numpy as np
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import actor_epsilons, epsilon_greedy, rollout_draws
+from algorithms.common import actor
+from algorithms.common.exploration import actor_epsilons, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 from algorithms.common.targets import huber, td_errors
-from framework.algorithm import Algorithm
+from framework.algorithm import ActorLearner, Algorithm
 from framework.env import EpisodeStatistics
 from framework.errors import check, check_number, check_positive_int
 from framework.parallel import device_index, mean_over_devices, num_learners
@@ -103,16 +104,21 @@ class ApexConfig:
 
 
 @struct.dataclass
-class ApexState:
+class ApexLearner:
     train_state: TrainState
     target_params: Any
-    actor_params: Any  # the actors' stale copy of the learner's parameters
     replay_state: Any
+    learner_updates: jax.Array
+
+
+@struct.dataclass
+class ApexState:
+    learner: ApexLearner
+    actor_params: Any  # the actors' stale copy of the learner's parameters
     env_state: Any
     obs: jax.Array
     window: NStepWindow
     env_steps: jax.Array
-    learner_updates: jax.Array
     key: jax.Array
 
 
@@ -138,6 +144,17 @@ def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q
     return (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
 
 
+def gated(ready: jax.Array, learned: ApexLearner, inserted: ApexLearner) -> ApexLearner:
+    """The learned state once learning may start, else the inserted one; the replay's items are the same in both
+    (only the sum tree is chosen): a select over the whole buffer would copy it."""
+    train_state, target_params, learner_updates, sum_tree = select_tree(
+        ready, (learned.train_state, learned.target_params, learned.learner_updates,
+                learned.replay_state.sum_tree_state),
+        (inserted.train_state, inserted.target_params, inserted.learner_updates, inserted.replay_state.sum_tree_state))
+    replay_state = inserted.replay_state.replace(sum_tree_state=sum_tree)
+    return ApexLearner(train_state, target_params, replay_state, learner_updates)
+
+
 @register_algorithm("apex", config=ApexConfig)
 def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     num_envs = config.num_actors * config.envs_per_actor
@@ -150,29 +167,27 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     replay = make_prioritized_replay(config.buffer_size, num_envs, config.batch_size, config.priority_alpha)
     optimizer = clipped_adam(config.max_grad_norm)
 
-    def init(key: jax.Array) -> ApexState:
-        key, net_key, reset_key = jax.random.split(key, 3)
-        # one network init per seed, shared by its learners; envs, actors and sampling differ per device
-        key, reset_key = (jax.random.fold_in(k, device_index()) for k in (key, reset_key))
-        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
-        params = network.init(net_key, obs)
-        window = empty_window(obs, config.n_step)
-        example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
-        return ApexState(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params, params,
-                         replay.init(example), env_state, obs, window, jnp.int32(0), jnp.int32(0), key)
+    # the actor part: a fixed epsilon per env, n-step items with their priorities under the actor's parameters
+    act = lambda params, obs, epsilons, uniforms: actor.act(network, params, obs, epsilons, uniforms)
 
-    def actor_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, tuple]:
-        """Every env of every actor steps once; the oldest n-step transitions get their priorities."""
-        actor_params, env_state, obs, window = carry
-        action_uniforms, env_keys = draws
-        q_values = network.apply(actor_params, obs)
-        actions = epsilon_greedy(q_values, env_epsilons, action_uniforms)
-        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
-        window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
-                               "truncated": truncated, "next_obs": info["final_observation"]}, config.n_step)
-        items = oldest_transition(window, config.discount)
-        priorities = actor_priorities(actor_params, items, network, config.double_q)
-        return (actor_params, env_state, next_obs, window), (items, priorities, info["returned_episode_return"])
+    def observe(actor_params: Any, window: NStepWindow, step: dict) -> tuple[NStepWindow, dict, jax.Array]:
+        window, items = actor.record(window, step["obs"], step["action"], step["reward"], step["terminated"],
+                                     step["truncated"], step["final_obs"], config.n_step, config.discount,
+                                     step.get("acted"))
+        return window, items, actor_priorities(actor_params, items, network, config.double_q)
+
+    # the learner part: prioritised replay (a row per env), rounds of importance-weighted batches
+    def learner_init(key: jax.Array, obs: jax.Array) -> ApexLearner:
+        params = network.init(key, obs)
+        example = jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, config.n_step), config.discount))
+        return ApexLearner(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params,
+                           replay.init(example), jnp.int32(0))
+
+    def insert(learner: ApexLearner, items: dict, priorities: jax.Array) -> ApexLearner:
+        # [steps, envs, ...] -> [envs, steps, ...]: each env writes its own replay row
+        by_env = lambda x: jnp.swapaxes(x, 0, 1)
+        return learner.replace(replay_state=replay.add(learner.replay_state, jax.tree.map(by_env, items),
+                                                       by_env(priorities)))
 
     def learner_step(carry: tuple, uniforms: jax.Array) -> tuple[tuple, dict]:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
@@ -193,66 +208,92 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
                  "is_weight_min": weights.min(), "is_weight_mean": weights.mean()}
         return (train_state, target_params, replay_state, learner_updates, step_size), stats
 
+    def learn(learner: ApexLearner, key: jax.Array, env_steps: jax.Array) -> tuple[ApexLearner, dict]:
+        # the decay follows the seed's env steps over all of its learners, as total_env_steps counts them
+        step_size = decayed_learning_rate(config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps,
+                                          env_steps * num_learners())
+        carry = (learner.train_state, learner.target_params, learner.replay_state, learner.learner_updates, step_size)
+        # every batch's stratum positions at once: one draw site, not one per learner step
+        stratum_uniforms = jax.random.uniform(key, (config.learner_updates_per_iteration, config.batch_size))
+        (train_state, target_params, replay_state, learner_updates, _), stats = jax.lax.scan(
+            learner_step, carry, stratum_uniforms)
+        metrics = {"train/loss": stats["loss"].mean(), "train/q_mean": stats["q_mean"].mean(),
+                   "train/learning_rate": step_size, "replay/is_weight_min": stats["is_weight_min"].min(),
+                   "replay/is_weight_mean": stats["is_weight_mean"].mean()}
+        return ApexLearner(train_state, target_params, replay_state, learner_updates), metrics
+
+    def init(key: jax.Array) -> ApexState:
+        key, net_key, reset_key = jax.random.split(key, 3)
+        # one network init per seed, shared by its learners; envs, actors and sampling differ per device
+        key, reset_key = (jax.random.fold_in(k, device_index()) for k in (key, reset_key))
+        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
+        learner = learner_init(net_key, obs)
+        return ApexState(learner, learner.train_state.params, env_state, obs, empty_window(obs, config.n_step),
+                         jnp.int32(0), key)
+
+    def actor_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, tuple]:
+        """Every env of every actor steps once; the oldest n-step transitions get their priorities."""
+        actor_params, env_state, obs, window = carry
+        action_uniforms, env_keys = draws
+        actions = act(actor_params, obs, env_epsilons, action_uniforms)
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
+        window, items, priorities = observe(actor_params, window, {
+            "obs": obs, "action": actions, "reward": reward, "terminated": terminated, "truncated": truncated,
+            "final_obs": info["final_observation"]})
+        return (actor_params, env_state, next_obs, window), (items, priorities, info["returned_episode_return"])
+
     def update(state: ApexState) -> tuple[ApexState, dict]:
+        """The actor part over `rollout_length` steps of every env, then the learner part: one insert, one round."""
         key, rollout_key, learn_key = jax.random.split(state.key, 3)
         carry = (state.actor_params, state.env_state, state.obs, state.window)
         (_, env_state, obs, window), (items, priorities, episode_returns) = jax.lax.scan(
             actor_step, carry, rollout_draws(rollout_key, config.rollout_length, num_envs))
-        # [steps, envs, ...] -> [envs, steps, ...]: each env writes its own replay row
-        by_env = lambda x: jnp.swapaxes(x, 0, 1)
-        replay_state = replay.add(state.replay_state, jax.tree.map(by_env, items), by_env(priorities))
+        inserted = insert(state.learner, items, priorities)
         env_steps = state.env_steps + num_envs * config.rollout_length
-        num_items = jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32)
-
-        # the decay follows the seed's env steps over all of its learners, as total_env_steps counts them
-        step_size = decayed_learning_rate(config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps,
-                                          env_steps * num_learners())
-        learn_carry = (state.train_state, state.target_params, replay_state, state.learner_updates, step_size)
-        # every batch's stratum positions at once: one draw site, not one per learner step
-        stratum_uniforms = jax.random.uniform(learn_key, (config.learner_updates_per_iteration, config.batch_size))
-        learned, stats = jax.lax.scan(learner_step, learn_carry, stratum_uniforms)
+        learned, learn_metrics = learn(inserted, learn_key, env_steps)
         ready = env_steps >= jnp.maximum(config.learning_starts, config.batch_size)
-        train_state, target_params, learned_replay, learner_updates, _ = learned
-        train_state, target_params, learner_updates = select_tree(
-            ready, (train_state, target_params, learner_updates),
-            (state.train_state, state.target_params, state.learner_updates))
-        sum_tree = select_tree(ready, learned_replay.sum_tree_state, replay_state.sum_tree_state)
-        replay_state = replay_state.replace(sum_tree_state=sum_tree)
-        refresh = learner_updates // config.actor_sync_period > state.learner_updates // config.actor_sync_period
-        actor_params = select_tree(refresh, train_state.params, state.actor_params)
+        learner = gated(ready, learned, inserted)
+        updates = learner.learner_updates
+        refresh = updates // config.actor_sync_period > state.learner.learner_updates // config.actor_sync_period
+        actor_params = select_tree(refresh, learner.train_state.params, state.actor_params)
 
         returns_per_actor = episode_returns[-1].reshape(config.num_actors, config.envs_per_actor).mean(axis=1)
+        not_yet = lambda name: jnp.where(ready, learn_metrics[name], jnp.nan)
         metrics = {
-            "train/loss": jnp.where(ready, stats["loss"].mean(), jnp.nan),
-            "train/q_mean": jnp.where(ready, stats["q_mean"].mean(), jnp.nan),
-            "train/beta": annealed_beta(config, learner_updates),
-            "train/learning_rate": step_size,
+            "train/loss": not_yet("train/loss"),
+            "train/q_mean": not_yet("train/q_mean"),
+            "train/beta": annealed_beta(config, updates),
+            "train/learning_rate": learn_metrics["train/learning_rate"],
             "train/episode_return": episode_returns[-1].mean(),
-            "learner/updates": learner_updates.astype(jnp.float32),
-            "replay/size": num_items,
-            "replay/is_weight_min": jnp.where(ready, stats["is_weight_min"].min(), jnp.nan),
-            "replay/is_weight_mean": jnp.where(ready, stats["is_weight_mean"].mean(), jnp.nan),
+            "learner/updates": updates.astype(jnp.float32),
+            "replay/size": jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32),
+            "replay/is_weight_min": not_yet("replay/is_weight_min"),
+            "replay/is_weight_mean": not_yet("replay/is_weight_mean"),
             **{f"actors/return_eps_{float(eps):.3g}": returns_per_actor[i] for i, eps in enumerate(epsilons)},
         }
-        new_state = ApexState(train_state, target_params, actor_params, replay_state, env_state, obs, window,
-                              env_steps, learner_updates, key)
-        return new_state, metrics
+        return ApexState(learner, actor_params, env_state, obs, window, env_steps, key), metrics
 
     def replay_metrics(state: ApexState) -> dict:
         """Mean and max raw priority |delta| over the stored items (a pass over every leaf: once per chunk)."""
-        priorities = replay.stored_priorities(state.replay_state)
+        priorities = replay.stored_priorities(state.learner.replay_state)
         stored = priorities > 0
         return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
                 "replay/priority_max": priorities.max()}
 
     def policy(state: ApexState) -> Any:
-        return state.train_state.params
+        return state.learner.train_state.params
 
-    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+    def greedy(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
-    return Algorithm(init, update, policy, act, env_steps_per_update=num_envs * config.rollout_length,
+    parts = ActorLearner(num_envs, lambda obs: empty_window(obs, config.n_step, host=True), lambda _: env_epsilons,
+                         act, observe, learner_init, insert, learn,
+                         config.learner_updates_per_iteration * config.batch_size,
+                         lambda learner: learner.train_state.params, lambda learner: learner.learner_updates,
+                         config.actor_sync_period)
+    return Algorithm(init, update, policy, greedy, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",
                      state_metrics=replay_metrics,
-                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")))
+                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),
+                     actor_learner=parts)

@@ -14,13 +14,14 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import epsilon_greedy, rollout_draws
+from algorithms.common import actor
+from algorithms.common.exploration import rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.targets import huber, squared, td_errors
 from algorithms.common.uniform_replay import make_uniform_replay
-from framework.algorithm import Algorithm
+from framework.algorithm import ActorLearner, Algorithm
 from framework.env import EpisodeStatistics
 from framework.errors import check, check_choice, check_number, check_positive_int
 from framework.registry import register_algorithm
@@ -66,10 +67,13 @@ class DQNConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.04
     epsilon_decay_steps: int = 8_000  # env steps of the linear decay
+    # host envs: learner updates between refreshes of the actors' parameters (the single program acts with
+    # the newest every round; a host actor takes a published copy, so 1 keeps them as close as the runtime can)
+    actor_sync_period: int = 1
 
     def validate(self) -> None:
         for key in ("num_envs", "buffer_size", "batch_size", "train_every", "updates_per_train",
-                    "n_step", "target_update_period", "epsilon_decay_steps"):
+                    "n_step", "target_update_period", "epsilon_decay_steps", "actor_sync_period"):
             check_positive_int(f"algo.{key}", getattr(self, key))
         check_positive_int("algo.learning_starts", self.learning_starts, minimum=0)
         check(self.train_every % self.num_envs == 0, "algo.train_every", self.train_every,
@@ -87,15 +91,20 @@ class DQNConfig:
 
 
 @struct.dataclass
-class DQNState:
+class DQNLearner:
     train_state: TrainState
     target_params: Any
     replay_state: Any
+    gradient_steps: jax.Array
+
+
+@struct.dataclass
+class DQNState:
+    learner: DQNLearner
     env_state: Any
     obs: jax.Array
     window: NStepWindow
     env_steps: jax.Array
-    gradient_steps: jax.Array
     key: jax.Array
 
 
@@ -126,28 +135,26 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps, env_steps)
     td_loss = LOSSES[config.loss]
 
-    def init(key: jax.Array) -> DQNState:
-        key, net_key, reset_key = jax.random.split(key, 3)
-        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
-        params = network.init(net_key, obs)
-        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
-        window = empty_window(obs, n)
-        example = jax.tree.map(lambda x: x[0], oldest_transition(window, config.discount))
-        return DQNState(train_state, params, replay.init(example), env_state, obs, window,
-                        jnp.int32(0), jnp.int32(0), key)
+    # the actor part: epsilon-greedy on a linear schedule, n-step items (no actor-side priorities)
+    epsilons = lambda env_steps: linear_epsilon(config, env_steps)
+    act = lambda params, obs, epsilons, uniforms: actor.act(network, params, obs, epsilons, uniforms)
 
-    def env_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, dict]:
-        """Every env acts epsilon-greedily once; the window's oldest transition becomes an item."""
-        params, env_state, obs, window, env_steps = carry
-        action_uniforms, env_keys = draws
-        q_values = network.apply(params, obs)
-        actions = epsilon_greedy(q_values, linear_epsilon(config, env_steps), action_uniforms)
-        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
-        window = push(window, {"obs": obs, "action": actions, "reward": reward, "terminated": terminated,
-                               "truncated": truncated, "next_obs": info["final_observation"]}, n)
-        item = oldest_transition(window, config.discount)
-        carry = (params, env_state, next_obs, window, env_steps + num_envs)
-        return carry, {**item, "episode_return": info["returned_episode_return"]}
+    def observe(params: Any, window: NStepWindow, step: dict) -> tuple[NStepWindow, dict, None]:
+        window, item = actor.record(window, step["obs"], step["action"], step["reward"], step["terminated"],
+                                    step["truncated"], step["final_obs"], n, config.discount, step.get("acted"))
+        return window, item, None
+
+    # the learner part: uniform replay, rounds of `updates_per_train` double-Q batches
+    def learner_init(key: jax.Array, obs: jax.Array) -> DQNLearner:
+        params = network.init(key, obs)
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+        example = jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n), config.discount))
+        return DQNLearner(train_state, params, replay.init(example), jnp.int32(0))
+
+    def insert(learner: DQNLearner, items: dict, priorities: None) -> DQNLearner:
+        # [steps, envs, ...] -> one sequence of items for the buffer
+        items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
+        return learner.replace(replay_state=replay.add(learner.replay_state, items))
 
     def gradient_step(carry: tuple, random_bits: jax.Array) -> tuple[tuple, tuple]:
         train_state, target_params, replay_state, gradient_steps, step_size = carry
@@ -163,42 +170,66 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
             target_params = select_tree(copy, train_state.params, target_params)
         return (train_state, target_params, replay_state, gradient_steps, step_size), (loss, q_mean)
 
+    def learn(learner: DQNLearner, key: jax.Array, env_steps: jax.Array) -> tuple[DQNLearner, dict]:
+        step_size = learning_rate(env_steps)
+        carry = (learner.train_state, learner.target_params, learner.replay_state, learner.gradient_steps, step_size)
+        sample_bits = jax.random.bits(key, (config.updates_per_train, config.batch_size), jnp.uint32)
+        (train_state, target_params, _, gradient_steps, _), (losses, q_means) = jax.lax.scan(
+            gradient_step, carry, sample_bits)
+        metrics = {"train/loss": losses.mean(), "train/q_mean": q_means.mean(), "train/learning_rate": step_size}
+        return DQNLearner(train_state, target_params, learner.replay_state, gradient_steps), metrics
+
+    def init(key: jax.Array) -> DQNState:
+        key, net_key, reset_key = jax.random.split(key, 3)
+        obs, env_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
+        return DQNState(learner_init(net_key, obs), env_state, obs, empty_window(obs, n), jnp.int32(0), key)
+
+    def env_step(carry: tuple, draws: tuple[jax.Array, jax.Array]) -> tuple[tuple, dict]:
+        """Every env acts epsilon-greedily once; the window's oldest transition becomes an item."""
+        params, env_state, obs, window, env_steps = carry
+        action_uniforms, env_keys = draws
+        actions = act(params, obs, epsilons(env_steps), action_uniforms)
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
+        window, item, _ = observe(params, window, {"obs": obs, "action": actions, "reward": reward,
+                                                   "terminated": terminated, "truncated": truncated,
+                                                   "final_obs": info["final_observation"]})
+        carry = (params, env_state, next_obs, window, env_steps + num_envs)
+        return carry, {**item, "episode_return": info["returned_episode_return"]}
+
     def update(state: DQNState) -> tuple[DQNState, dict]:
+        """The actor part over `train_every` env steps, then the learner part: one insert, one round."""
         key, rollout_key, sample_key = jax.random.split(state.key, 3)
-        carry = (state.train_state.params, state.env_state, state.obs, state.window, state.env_steps)
+        carry = (state.learner.train_state.params, state.env_state, state.obs, state.window, state.env_steps)
         (_, env_state, obs, window, env_steps), items = jax.lax.scan(
             env_step, carry, rollout_draws(rollout_key, steps_per_update, num_envs))
         episode_returns = items.pop("episode_return")
-        # [steps, envs, ...] -> one sequence of items for the buffer
-        items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
-        replay_state = replay.add(state.replay_state, items)
-
-        step_size = learning_rate(env_steps)
-        learn_carry = (state.train_state, state.target_params, replay_state, state.gradient_steps, step_size)
-        sample_bits = jax.random.bits(sample_key, (config.updates_per_train, config.batch_size), jnp.uint32)
-        learned, (losses, q_means) = jax.lax.scan(gradient_step, learn_carry, sample_bits)
-        ready = replay.can_sample(replay_state) & (env_steps >= config.learning_starts)
-        train_state, target_params, _, gradient_steps, _ = select_tree(ready, learned, learn_carry)
+        inserted = insert(state.learner, items, None)
+        learned, learn_metrics = learn(inserted, sample_key, env_steps)
+        ready = replay.can_sample(inserted.replay_state) & (env_steps >= config.learning_starts)
+        learner = select_tree(ready, learned, inserted)
 
         metrics = {
-            "train/loss": jnp.where(ready, losses.mean(), jnp.nan),
-            "train/q_mean": jnp.where(ready, q_means.mean(), jnp.nan),
+            "train/loss": jnp.where(ready, learn_metrics["train/loss"], jnp.nan),
+            "train/q_mean": jnp.where(ready, learn_metrics["train/q_mean"], jnp.nan),
             "train/epsilon": linear_epsilon(config, env_steps),
-            "train/learning_rate": step_size,
+            "train/learning_rate": learn_metrics["train/learning_rate"],
             "train/episode_return": episode_returns[-1].mean(),
-            "train/gradient_steps": gradient_steps.astype(jnp.float32),
+            "train/gradient_steps": learner.gradient_steps.astype(jnp.float32),
             "replay/size": jnp.minimum(env_steps, config.buffer_size).astype(jnp.float32),
         }
-        new_state = DQNState(train_state, target_params, replay_state, env_state, obs, window,
-                             env_steps, gradient_steps, key)
-        return new_state, metrics
+        return DQNState(learner, env_state, obs, window, env_steps, key), metrics
 
     def policy(state: DQNState) -> Any:
-        return state.train_state.params
+        return state.learner.train_state.params
 
-    def act(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
+    def greedy(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
-    return Algorithm(init, update, policy, act, env_steps_per_update=config.train_every,
+    parts = ActorLearner(num_envs, lambda obs: empty_window(obs, n, host=True), epsilons, act, observe,
+                         learner_init, insert, learn, config.updates_per_train * config.batch_size,
+                         lambda learner: learner.train_state.params, lambda learner: learner.gradient_steps,
+                         config.actor_sync_period)
+    return Algorithm(init, update, policy, greedy, env_steps_per_update=config.train_every,
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps",
-                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")))
+                     headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),
+                     actor_learner=parts)

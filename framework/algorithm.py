@@ -17,6 +17,30 @@ from framework.errors import PluginError
 Metrics = dict[str, jax.Array]
 
 
+class ActorLearner(NamedTuple):
+    """An algorithm in two parts, for actors that step host envs (framework/host_trainer.py). Every function is
+    one seed's (the driver vmaps them); the single-program `update` runs the same parts with a JAX env between.
+
+    A step, as `observe` takes it: {"obs", "action", "reward", "terminated", "truncated", "final_obs", "acted"},
+    each [num_envs, ...]; `final_obs` is the true next observation, `acted` False on an engine's reset step.
+    """
+
+    num_envs: int  # the envs of one seed
+    # actor
+    actor_init: Callable[[jax.Array], Any]  # obs [num_envs, ...] -> actor state (its n-step windows)
+    epsilons: Callable[[jax.Array], jax.Array]  # the seed's env steps -> its exploration rate, or one per env
+    act: Callable[..., jax.Array]  # (params, obs [N, ...], epsilons, uniforms [N]) -> actions [N]
+    observe: Callable[..., tuple[Any, dict, Any]]  # (params, actor state, step) -> (actor state, items, priorities)
+    # learner
+    learner_init: Callable[[jax.Array, jax.Array], Any]  # (key, obs [num_envs, ...]) -> learner state
+    insert: Callable[..., Any]  # (learner state, items [T, N, ...], priorities [T, N] or None) -> learner state
+    learn: Callable[..., tuple[Any, Metrics]]  # (learner state, key, env steps) -> (learner state, metrics): a round
+    samples_per_learn: int  # items one `learn` round samples (batches x batch size): the rate limiter's unit
+    actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
+    learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)
+    sync_period: int  # learner updates between two refreshes of the actors' parameters
+
+
 class Algorithm(NamedTuple):
     # key -> the training state of one seed; the trainer vmaps it over seeds.
     init: Callable[[jax.Array], Any]
@@ -49,6 +73,8 @@ class Algorithm(NamedTuple):
     # The metrics a log line shows after the evaluation, as (metric, label) pairs, e.g.
     # (("train/episode_return", "train return"), ("train/loss", "loss")); all go to metrics.jsonl anyway.
     headline_metrics: tuple[tuple[str, str], ...] = ()
+    # The same algorithm in an actor part and a learner part, for host envs; None: JAX envs only.
+    actor_learner: Optional[ActorLearner] = None
 
 
 def _names(value: Any) -> bool:

@@ -62,14 +62,14 @@ def test_one_program_trains_and_syncs_the_actors(small_apex):
     one_learner = lambda tree: jax.tree.map(lambda x: x[0, 0], tree)  # [device, seed, ...] -> one seed's
     run = lambda key: jax.tree.map(one_learner, run_chunk(programs.init(key[None])))
     state, metrics = run(jax.random.key(0))
-    assert int(state.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
+    assert int(state.learner.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
     epsilons = np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))
     assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
         f"actors/return_eps_{eps:.3g}" for eps in epsilons}
-    learner_params = jax.tree.leaves(state.train_state.params)
+    learner_params = jax.tree.leaves(state.learner.train_state.params)
     for actor, learner in zip(jax.tree.leaves(state.actor_params), learner_params, strict=True):
         np.testing.assert_array_equal(actor, learner)  # 20 updates, synced every 4
-    tree = state.replay_state.sum_tree_state
+    tree = state.learner.replay_state.sum_tree_state
     np.testing.assert_allclose(tree.nodes[0], tree.nodes[2**tree.tree_depth - 1:].sum(), rtol=1e-6)
     # the replay's priority statistics come once per chunk, from its final state
     leaves = np.asarray(tree.nodes[2**tree.tree_depth - 1:], dtype=np.float64)
@@ -77,7 +77,7 @@ def test_one_program_trains_and_syncs_the_actors(small_apex):
     np.testing.assert_allclose([metrics["replay/priority_mean"], metrics["replay/priority_max"]],
                                [stored.mean(), stored.max()], rtol=1e-5)
     again, _ = run(jax.random.key(0))
-    for a, b in zip(jax.tree.leaves(state.train_state.params), jax.tree.leaves(again.train_state.params), strict=True):
+    for a, b in zip(jax.tree.leaves(state.learner.train_state.params), jax.tree.leaves(again.learner.train_state.params), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

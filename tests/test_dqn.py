@@ -100,7 +100,7 @@ def test_replay_items_follow_the_trajectory(n_step):
         state, _ = update(state)
     trajectory, last_obs = _corridor_steps(3, 40)
     np.testing.assert_array_equal(state.obs[0], last_obs)
-    items = jax.tree.map(lambda x: np.asarray(x[0, :40]), state.replay_state.experience)
+    items = jax.tree.map(lambda x: np.asarray(x[0, :40]), state.learner.replay_state.experience)
     for t in range(n_step - 1, 40):
         start = t - n_step + 1
         obs, action = trajectory[start][0], trajectory[start][1]
@@ -127,7 +127,7 @@ def test_seeds_get_different_networks():
     env, params = make("cartpole")
     algorithm = make_dqn(DQNConfig(), env, params)
     states = jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2))
-    kernels = states.train_state.params["params"]["Dense_0"]["kernel"]
+    kernels = states.learner.train_state.params["params"]["Dense_0"]["kernel"]
     assert not np.array_equal(kernels[0], kernels[1])
 
 
@@ -169,8 +169,8 @@ def test_variants_learn_deterministically(overrides):
 
     (state, metrics), (again, metrics_again) = run(jax.random.key(5)), run(jax.random.key(5))
     assert np.isfinite(metrics["train/loss"][-1]) and metrics["train/gradient_steps"][-1] == 12
-    initial = algorithm.init(jax.random.key(5)).train_state.params
-    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.train_state.params, initial)
+    initial = algorithm.init(jax.random.key(5)).learner.train_state.params
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.learner.train_state.params, initial)
     assert all(jax.tree.leaves(moved))
     raw = lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
     for a, b in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((again, metrics_again)), strict=True):

@@ -83,8 +83,8 @@ def test_minatar_observations_stay_boolean_in_replay_and_a_million_transitions_f
     env, env_params, algorithm = build(cfg)
     assert env.observation_shape == (10, 10, 4)
     state = jax.eval_shape(algorithm.init, jax.random.key(0))
-    replay_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state.replay_state))
-    observations = [leaf for leaf in jax.tree.leaves(state.replay_state) if leaf.shape[-3:] == (10, 10, 4)]
+    replay_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state.learner.replay_state))
+    observations = [leaf for leaf in jax.tree.leaves(state.learner.replay_state) if leaf.shape[-3:] == (10, 10, 4)]
     assert observations and all(leaf.dtype == jnp.bool_ for leaf in observations)
     assert replay_bytes <= 1e9, replay_bytes
 

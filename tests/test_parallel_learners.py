@@ -53,7 +53,7 @@ def _restore_params(run_dir):
 
     manager = ocp.CheckpointManager(run_dir / "checkpoints")
     state = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
-    return state["train_state"]["params"]
+    return state["learner"]["train_state"]["params"]
 
 
 def _run_cluster(run_dirs, *overrides, command=SHORT_APEX):

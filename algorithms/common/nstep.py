@@ -1,4 +1,6 @@
 """Actor-side n-step transitions: a rolling window of the last n steps of every env."""
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -17,14 +19,16 @@ class NStepWindow:
     truncated: jax.Array
     next_obs: jax.Array
     filled: jax.Array  # steps pushed so far, capped at n
+    # host envs only: False where the engine spent the step on a reset (no item starts there); None: always acted
+    acted: Optional[jax.Array] = None
 
 
-def empty_window(obs: jax.Array, n: int) -> NStepWindow:
-    """A window for envs whose current observations are `obs` [num_envs, ...]."""
+def empty_window(obs: jax.Array, n: int, host: bool = False) -> NStepWindow:
+    """A window for envs whose current observations are `obs` [num_envs, ...]; `host`: it records `acted`."""
     per_env = lambda dtype: jnp.zeros((n, obs.shape[0]), dtype)
     no_obs = jnp.zeros((n, *obs.shape), obs.dtype)
     return NStepWindow(no_obs, per_env(jnp.int32), per_env(jnp.float32), per_env(bool), per_env(bool), no_obs,
-                       jnp.int32(0))
+                       jnp.int32(0), per_env(bool) if host else None)
 
 
 def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:
@@ -39,6 +43,9 @@ def oldest_transition(window: NStepWindow, discount: float) -> dict:
     n_step_return, bootstrap_obs, bootstrap_discount = n_step_transition(
         window.reward, window.terminated, window.truncated, window.next_obs, discount)
     num_envs = window.reward.shape[1]
+    valid = jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,))
+    if window.acted is not None:
+        valid = valid & window.acted[0]
     return {"obs": window.obs[0], "action": window.action[0], "n_step_return": n_step_return,
             "bootstrap_obs": bootstrap_obs, "bootstrap_discount": bootstrap_discount,
-            "valid": jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,)).astype(jnp.float32)}
+            "valid": valid.astype(jnp.float32)}

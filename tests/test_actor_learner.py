@@ -1,0 +1,84 @@
+"""One algorithm, two shapes: the single-program `update` equals its actor part (act, a JAX env step, observe)
+followed by its learner part (insert, learn) on the same state, for DQN and Ape-X."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.apex import ApexConfig, make_apex
+from algorithms.common.exploration import rollout_draws
+from algorithms.common.networks import select_tree
+from algorithms.dqn import DQNConfig, make_dqn
+from envs import make
+from framework.env import EpisodeStatistics
+from framework.parallel import DEVICE_AXIS
+
+DQN = DQNConfig(num_envs=4, buffer_size=256, batch_size=16, learning_starts=32, train_every=16, updates_per_train=3)
+APEX = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=16,
+                  learning_starts=32, learner_updates_per_iteration=3, actor_sync_period=2)
+
+
+def on_one_device(fn):
+    """`fn` with a device axis of one learner, as the trainer runs Ape-X (its learner averages over devices)."""
+    return lambda *args: jax.tree.map(lambda x: x[0], jax.vmap(fn, axis_name=DEVICE_AXIS)(
+        *jax.tree.map(lambda x: x[None], args)))
+
+
+def by_parts(algorithm, env, env_params, state, steps: int, ready, learner_params):
+    """The update rebuilt from the parts: `steps` vector steps of the actor, one insert, one gated learn round."""
+    parts = algorithm.actor_learner
+    stats_env = EpisodeStatistics(env)
+    step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
+    key, rollout_key, learn_key = jax.random.split(state.key, 3)
+    uniforms, env_keys = rollout_draws(rollout_key, steps, parts.num_envs)
+    params = learner_params(state)
+    obs, env_state, window, env_steps = state.obs, state.env_state, state.window, state.env_steps
+    items, priorities = [], []
+    for t in range(steps):
+        actions = parts.act(params, obs, parts.epsilons(env_steps), uniforms[t])
+        next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys[t], env_state, actions,
+                                                                             env_params)
+        window, item, priority = parts.observe(params, window, {
+            "obs": obs, "action": actions, "reward": reward, "terminated": terminated, "truncated": truncated,
+            "final_obs": info["final_observation"]})
+        items.append(item)
+        priorities.append(priority)
+        obs, env_steps = next_obs, env_steps + parts.num_envs
+    stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+    inserted = parts.insert(state.learner, stack(items), None if priorities[0] is None else stack(priorities))
+    learned, _ = parts.learn(inserted, learn_key, env_steps)
+    return select_tree(ready(inserted, env_steps), learned, inserted), (obs, window, env_steps, key)
+
+
+def assert_trees_equal(actual, expected):
+    for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        a, b = (jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x for x in (a, b))
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["dqn", "apex"])
+def test_update_equals_actor_part_then_learner_part(name):
+    env, env_params = make("cartpole")
+    if name == "dqn":
+        algorithm, steps = make_dqn(DQN, env, env_params), DQN.train_every // DQN.num_envs
+        ready = lambda learner, env_steps: env_steps >= DQN.learning_starts
+        learner_params = lambda state: state.learner.train_state.params
+        run = lambda fn: jax.jit(fn)
+    else:
+        algorithm, steps = make_apex(APEX, env, env_params), APEX.rollout_length
+        ready = lambda learner, env_steps: env_steps >= APEX.learning_starts
+        learner_params = lambda state: state.actor_params
+        run = lambda fn: jax.jit(on_one_device(fn))
+    update = run(algorithm.update)
+    state = run(algorithm.init)(jax.random.key(7))
+    for _ in range(3):  # past learning_starts: the learner part runs
+        state, _ = update(state)
+    expected, metrics = update(state)
+    assert np.isfinite(metrics["train/loss"])
+    learner, (obs, window, env_steps, key) = run(
+        lambda state: by_parts(algorithm, env, env_params, state, steps, ready, learner_params))(state)
+    assert_trees_equal(learner, expected.learner)
+    assert_trees_equal((obs, window, env_steps, key), (expected.obs, expected.window, expected.env_steps, expected.key))
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), learner.train_state.params,
+                         state.learner.train_state.params)
+    assert all(jax.tree.leaves(moved))  # the round learned: the comparison is not of two untouched states
