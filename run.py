@@ -21,7 +21,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from framework.cli import preflight  # noqa: E402
 from framework.config import register_schemas  # noqa: E402
-from framework.errors import ConfigError, PluginError, TrainingDiverged  # noqa: E402
+from framework.errors import ConfigError, HostRunError, PluginError, TrainingDiverged  # noqa: E402
 
 register_schemas()
 sys.argv[1:] = preflight(sys.argv[1:])  # Hydra reads sys.argv itself
@@ -69,6 +69,11 @@ def main(cfg: DictConfig) -> float | None:
         if multirun:
             raise JobFailed(f"job {hydra_cfg.job.num} failed: training diverged") from None
         sys.exit(3)
+    except HostRunError as error:
+        print(error, file=sys.stderr)
+        if multirun:
+            raise JobFailed(f"job {hydra_cfg.job.num} failed: its host env or runtime failed") from None
+        sys.exit(4)
     if summary["interrupted"]:
         print(stopped_message(summary, hydra_cfg, multirun), file=sys.stderr)
         # SystemExit passes through Hydra's launcher: under -m it stops the whole sweep

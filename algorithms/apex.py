@@ -286,11 +286,15 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     def greedy(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
-    parts = ActorLearner(num_envs, lambda obs: empty_window(obs, config.n_step, host=True), lambda _: env_epsilons,
-                         act, observe, learner_init, insert, learn,
-                         config.learner_updates_per_iteration * config.batch_size,
-                         lambda learner: learner.train_state.params, lambda learner: learner.learner_updates,
-                         config.actor_sync_period)
+    parts = ActorLearner(
+        num_envs=num_envs, block_steps=config.rollout_length,
+        learning_starts=max(config.learning_starts, config.batch_size),
+        actor_init=lambda obs: empty_window(obs, config.n_step, host=True), epsilons=lambda _: env_epsilons,
+        act=act, observe=observe, learner_init=learner_init, insert=insert, learn=learn,
+        updates_per_learn=config.learner_updates_per_iteration,
+        samples_per_learn=config.learner_updates_per_iteration * config.batch_size,
+        actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.learner_updates,
+        sync_period=config.actor_sync_period)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",

@@ -225,10 +225,14 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
     def greedy(params: Any, obs: jax.Array, key: jax.Array) -> jax.Array:
         return jnp.argmax(network.apply(params, obs), axis=-1).astype(jnp.int32)
 
-    parts = ActorLearner(num_envs, lambda obs: empty_window(obs, n, host=True), epsilons, act, observe,
-                         learner_init, insert, learn, config.updates_per_train * config.batch_size,
-                         lambda learner: learner.train_state.params, lambda learner: learner.gradient_steps,
-                         config.actor_sync_period)
+    parts = ActorLearner(
+        num_envs=num_envs, block_steps=steps_per_update, learning_starts=config.learning_starts,
+        actor_init=lambda obs: empty_window(obs, n, host=True), epsilons=epsilons, act=act, observe=observe,
+        learner_init=learner_init, insert=insert, learn=learn,
+        updates_per_learn=config.updates_per_train,
+        samples_per_learn=config.updates_per_train * config.batch_size,
+        actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.gradient_steps,
+        sync_period=config.actor_sync_period)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=config.train_every,
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps",
                      headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),

@@ -17,7 +17,8 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from framework.errors import ConfigError, check, check_choice, check_positive_int
+from framework.env import Environment
+from framework.errors import ConfigError, check, check_positive_int
 from framework.host_env import (
     DEFAULT_TIMEOUT_S,
     EnvFactory,
@@ -25,11 +26,12 @@ from framework.host_env import (
     build_vector_env,
     check_spaces,
     describe,
+    encoded_dtype,
+    encoded_shape,
     env_factory,
     pip_hint,
 )
-
-ON_ERROR = ("stop", "restart")
+from framework.registry import register_env
 
 
 @dataclasses.dataclass
@@ -44,8 +46,6 @@ class GymnasiumConfig:
     num_workers: int = 0
     # the observation is an image given as [C, H, W] (declared, never guessed): transposed to [H, W, C]
     channels_first: bool = False
-    # what a failing env does to the run: stop it, or restart the envs and go on
-    on_error: str = "stop"
 
     def validate(self) -> None:
         """Types and ranges only: the id itself is checked by `check_env_id`, which imports and builds it."""
@@ -57,7 +57,6 @@ class GymnasiumConfig:
             check_positive_int("env.max_episode_steps", self.max_episode_steps)
         check_positive_int("env.num_workers", self.num_workers, minimum=0)
         check(isinstance(self.channels_first, bool), "env.channels_first", self.channels_first, "true or false")
-        check_choice("env.on_error", self.on_error, ON_ERROR)
 
 
 def probe_env(factory: EnvFactory, env_id: str) -> gymnasium.Env:
@@ -106,3 +105,50 @@ def make_host_env(config: GymnasiumConfig, num_envs: int, autoreset_mode: Autore
 def evaluation_env_maker(config: GymnasiumConfig) -> Callable[[], gymnasium.Env]:
     """What `framework.host_env.host_evaluate` builds each evaluation episode's env with."""
     return check_env_id(config).make
+
+
+class GymnasiumEnv(Environment):
+    """A gymnasium id as the framework sees it: the spaces an algorithm sizes itself from and the makers of its
+    host envs (framework/host_trainer.py steps them). Nothing of it runs in JAX: `reset_env` and `step_env` do
+    not exist, and `host` tells the trainer so."""
+
+    host = True
+
+    def __init__(self, config: GymnasiumConfig, factory: EnvFactory):
+        self.config, self.factory, self.name = config, factory, config.id
+        probe = factory.make()
+        try:
+            self._observation_shape = encoded_shape(probe.observation_space)
+            self.observation_dtype = encoded_dtype(probe.observation_space)
+            self._num_actions = int(probe.action_space.n)
+        finally:
+            probe.close()
+
+    @property
+    def default_params(self) -> None:
+        return None
+
+    @property
+    def num_actions(self) -> int:
+        return self._num_actions
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return self._observation_shape
+
+    def max_episode_steps(self, params: Any = None) -> int:
+        return self.factory.max_episode_steps
+
+    def vector_env(self, num_envs: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> HostVectorEnv:
+        """`num_envs` envs for actors; SAME_STEP autoreset, so no step is spent on a reset."""
+        vector = build_vector_env(self.factory, num_envs, self.config.num_workers, AutoresetMode.SAME_STEP, timeout_s)
+        return HostVectorEnv(vector, self.name)
+
+    def evaluation_env(self) -> gymnasium.Env:
+        """One env for one evaluation episode (framework.host_env.host_evaluate)."""
+        return self.factory.make()
+
+
+@register_env("gymnasium", config=GymnasiumConfig, host=True)
+def make_gymnasium(config: GymnasiumConfig) -> tuple[GymnasiumEnv, None]:
+    return GymnasiumEnv(config, check_env_id(config)), None

@@ -26,6 +26,8 @@ class ActorLearner(NamedTuple):
     """
 
     num_envs: int  # the envs of one seed
+    block_steps: int  # vector steps of every env in one block of experience (the single program's rollout)
+    learning_starts: int  # items of a seed in replay before its first learner round
     # actor
     actor_init: Callable[[jax.Array], Any]  # obs [num_envs, ...] -> actor state (its n-step windows)
     epsilons: Callable[[jax.Array], jax.Array]  # the seed's env steps -> its exploration rate, or one per env
@@ -35,6 +37,7 @@ class ActorLearner(NamedTuple):
     learner_init: Callable[[jax.Array, jax.Array], Any]  # (key, obs [num_envs, ...]) -> learner state
     insert: Callable[..., Any]  # (learner state, items [T, N, ...], priorities [T, N] or None) -> learner state
     learn: Callable[..., tuple[Any, Metrics]]  # (learner state, key, env steps) -> (learner state, metrics): a round
+    updates_per_learn: int  # learner updates (batches) of one `learn` round
     samples_per_learn: int  # items one `learn` round samples (batches x batch size): the rate limiter's unit
     actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
     learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)

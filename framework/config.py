@@ -56,6 +56,33 @@ class CheckpointConfig:
         check_positive_int("checkpoint.keep", self.keep)
 
 
+RUNTIME_MODES = ("free", "lockstep")
+
+
+@dataclasses.dataclass
+class RuntimeConfig:
+    """Actors and learner apart (host envs, framework/host_trainer.py); the single program ignores these keys."""
+
+    # free: actor threads and the learner run at once, held to samples_per_insert; lockstep: block k is acted
+    # with the parameters after learner round k-1, then its share of samples is drawn (reproducible, slower)
+    mode: str = "free"
+    num_actor_threads: int = 1  # threads stepping the envs, each a share of every seed's env columns
+    # learner samples per inserted item, kept within one learner round's samples; auto: what the single
+    # program does (Ape-X 16 x 128 / 256 = 8, DQN updates_per_train x batch_size / train_every); null: free
+    samples_per_insert: Any = "auto"
+    queue_blocks: int = 2  # blocks in flight per actor thread
+    timeout_s: float = 60.0  # longest wait for the other side (a block, an env step) before the run stops
+
+    def validate(self) -> None:
+        check_choice("runtime.mode", self.mode, RUNTIME_MODES)
+        check_positive_int("runtime.num_actor_threads", self.num_actor_threads)
+        spi = self.samples_per_insert
+        check(spi in ("auto", None) or (isinstance(spi, (int, float)) and not isinstance(spi, bool) and spi > 0),
+              "runtime.samples_per_insert", spi, "auto, null (free running) or a number > 0")
+        check_positive_int("runtime.queue_blocks", self.queue_blocks)
+        check_number("runtime.timeout_s", self.timeout_s, 0, low_inclusive=False)
+
+
 @dataclasses.dataclass
 class DistributedConfig:
     """Several processes (hosts) joined by `jax.distributed.initialize`; one process: nothing to do."""
@@ -106,6 +133,7 @@ class TrainConfig:
     log_every: int = 10_000  # env steps between log lines (and metrics.jsonl records)
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
     resume: bool = False  # continue from the newest checkpoint in the run dir
     nan_policy: str = "stop"  # a non-finite loss or Q-value: stop (keeping the last good checkpoint) or warn
     # XLA programs cached on disk: a relaunch with the same shapes skips most of compilation
@@ -123,6 +151,7 @@ class TrainConfig:
         if self.target_return is not None:
             check_number("target_return", self.target_return)
         self.checkpoint.validate()
+        self.runtime.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
 
 
@@ -162,6 +191,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
     check_known_keys(cfg.logger, LoggerConfig, "logger.")
     check_known_keys(cfg.distributed, DistributedConfig, "distributed.")
     check_known_keys(cfg.checkpoint, CheckpointConfig, "checkpoint.")
+    check_known_keys(cfg.runtime, RuntimeConfig, "runtime.")
     train = _as_object(cfg)
     for group in ("env", "algo"):
         node = getattr(train, group)
@@ -186,5 +216,5 @@ def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, i
     return updates_per_chunk, max(1, -(-train.total_env_steps // steps_per_chunk))
 
 
-__all__ = ["ConfigError", "CheckpointConfig", "DistributedConfig", "LoggerConfig", "TrainConfig", "register_schemas",
-           "validated", "chunk_updates"]
+__all__ = ["ConfigError", "CheckpointConfig", "DistributedConfig", "LoggerConfig", "RuntimeConfig", "TrainConfig",
+           "register_schemas", "validated", "chunk_updates"]

@@ -1,6 +1,7 @@
 """The errors a run reports as one paragraph on stderr, without a traceback: ConfigError (a bad config
 value, exit status 2), PluginError (an env or algorithm that breaks the framework's contract, exit status
-2) and TrainingDiverged (a non-finite loss or Q-value, exit status 3)."""
+2), TrainingDiverged (a non-finite loss or Q-value, exit status 3) and HostRunError (a host env or an actor or
+learner thread failed, exit status 4)."""
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,11 @@ def check_writable_dir(path: Path, key: str = "hydra.run.dir") -> None:
 
 class TrainingDiverged(RuntimeError):
     """A loss or Q-value became non-finite; the message names the metric, the seed and the env step."""
+
+
+class HostRunError(RuntimeError):
+    """A host env or a thread of the actor-learner runtime failed and the run stopped; the message names the
+    env id and the env step."""
 
 
 class PluginError(Exception):

@@ -58,6 +58,11 @@ def check_args(args: argparse.Namespace) -> None:
 def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
     num_seeds = saved.meta["num_seeds"]
+    if getattr(saved.env, "host", False):  # a gymnasium env: the final evaluation's episode seeds
+        from framework.host_trainer import evaluation_seed, greedy_program, greedy_returns
+
+        return greedy_returns(saved.env, greedy_program(saved.algorithm), saved.policies, num_seeds, episodes,
+                              evaluation_seed(seed, num_seeds, -1))
     evaluate_one_seed = make_evaluate(saved.env, saved.env_params, saved.algorithm.act, episodes)
     keys = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), num_seeds)[1]
     return np.asarray(jax.jit(jax.vmap(evaluate_one_seed))(saved.policies, keys))

@@ -95,8 +95,13 @@ def rebuild(meta: dict) -> tuple[Any, Any, Algorithm]:
     return registry.build(env_config, algo_config)
 
 
-def abstract_policy(algorithm: Algorithm) -> Any:
-    """Shapes and dtypes of one seed's policy, traced from `init`, nothing computed."""
+def abstract_policy(algorithm: Algorithm, env: Any = None) -> Any:
+    """Shapes and dtypes of one seed's policy, traced from `init` (a host env's: from the learner part's init),
+    nothing computed."""
+    if getattr(env, "host", False):
+        parts = algorithm.actor_learner
+        obs = jax.ShapeDtypeStruct((parts.num_envs, *env.observation_shape), env.observation_dtype)
+        return jax.eval_shape(lambda key, obs: parts.actor_params(parts.learner_init(key, obs)), jax.random.key(0), obs)
     one_seed = lambda key: algorithm.policy(algorithm.init(key))
     if algorithm.parallel_learners:  # init reads its learner's index: trace it inside a one-device axis
         mesh = Mesh(np.array(jax.devices()[:1]), (DEVICE_AXIS,))
@@ -136,7 +141,7 @@ def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
     saved = [read_policy(run_dir, seed, which) for seed in range(saved_seeds(run_dir, which))]
     meta = saved[0][1]
     env, env_params, algorithm = rebuild(meta)
-    template = abstract_policy(algorithm)
+    template = abstract_policy(algorithm, env)
     policies = [restore_arrays(template, arrays, policy_path(run_dir, seed, which))
                 for seed, (arrays, _) in enumerate(saved)]
     return SavedPolicies(jax.tree.map(lambda *leaves: np.stack(leaves), *policies), meta, env, env_params, algorithm)
@@ -153,7 +158,8 @@ class LoadedPolicy:
         self.meta, self.env, self.env_params = meta, env, env_params
         self.policy = jax.device_put(policy)
         self.observation_shape = tuple(env.observation_shape)
-        self.observation_dtype = jax.eval_shape(env.reset_env, jax.random.key(0), env_params)[0].dtype
+        self.observation_dtype = (env.observation_dtype if getattr(env, "host", False)
+                                  else jax.eval_shape(env.reset_env, jax.random.key(0), env_params)[0].dtype)
         # a key per call from a counter: one dispatch per call (ties are broken at random, e.g. tabular Q)
         self._act = jax.jit(lambda policy, obs, count: algorithm.act(policy, obs, jax.random.fold_in(
             jax.random.key(0), count)))
@@ -183,7 +189,7 @@ def load_policy(run_dir: Path | str, seed_index: int = 0, which: str = "final",
     path = policy_path(Path(run_dir), seed_index, which)
     saved, meta = read_policy(Path(run_dir), seed_index, which)
     env, env_params, algorithm = rebuild(meta)
-    policy = restore_arrays(abstract_policy(algorithm), saved, path)
+    policy = restore_arrays(abstract_policy(algorithm, env), saved, path)
     if algorithm.population_policy:
         members = jax.tree.leaves(policy)[0].shape[0]
         agent_index = 0 if agent_index is None else agent_index

@@ -32,6 +32,8 @@ class Entry:
     encodings: Optional[dict[str, str]] = None
     # algorithms: the observation kinds it consumes
     consumes: tuple[str, ...] = NETWORK_INPUTS
+    # envs stepped on the host in Python (framework/host_trainer.py), not in JAX
+    host: bool = False
 
 
 _REGISTRIES: dict[str, dict[str, Entry]] = {"env": {}, "algo": {}}
@@ -46,14 +48,15 @@ def _register(kind: str, name: str, config_class: type, **declared: Any) -> Call
     return decorator
 
 
-def register_env(name: str, config: type, encodings: Optional[dict[str, str]] = None) -> Callable:
-    """Decorate `factory(config) -> (env, env_params)`; `config` is its dataclass schema.
+def register_env(name: str, config: type, encodings: Optional[dict[str, str]] = None, host: bool = False) -> Callable:
+    """Decorate `factory(config) -> (env, env_params)`; `config` is its dataclass schema; `host`: the env is
+    stepped in Python by actor threads (it has the spaces of framework/env.py's Environment, not its JAX step).
 
     `encodings`: an env that can encode its observations several ways names them (its config's
     `observation` key) with the kind each gives; `observation: null` lets the algorithm choose.
     Otherwise the kind follows the observation's rank: [D] vector, [H, W, C] image.
     """
-    return _register("env", name, config, encodings=encodings)
+    return _register("env", name, config, encodings=encodings, host=host)
 
 
 def register_algorithm(name: str, config: type, consumes: tuple[str, ...] = NETWORK_INPUTS) -> Callable:
@@ -145,8 +148,10 @@ def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
     """(env, env_params, algorithm) from validated env and algo configs (may raise ConfigError, or
     PluginError when the env or the algorithm breaks its contract)."""
     algo = lookup("algo", algo_config.name)
-    env, env_params = lookup("env", env_config.name).factory(with_encoding(env_config, algo))
-    check_env(env_config.name, env, env_params)
+    entry = lookup("env", env_config.name)
+    env, env_params = entry.factory(with_encoding(env_config, algo))
+    if not entry.host:  # a host env has no JAX reset to trace: its checks ran when it was built
+        check_env(env_config.name, env, env_params)
     kind = observation_kind(env)
     check(kind in algo.consumes, "env", env_config.name, f"an env whose observations are {' or '.join(algo.consumes)}",
           f"algo={algo.name} cannot take its {kind} observations of shape {list(env.observation_shape)}")

@@ -470,6 +470,10 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
     check_num_devices(train_cfg.num_devices)
     use_compilation_cache(train_cfg.compilation_cache)
     env, env_params, algorithm = build(train_cfg)
+    if getattr(env, "host", False):  # stepped in Python: actors and learner apart
+        from framework.host_trainer import train_host
+
+        return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
     writer = is_writer()
     checkpointer = open_run_dir(train_cfg, cfg, run_dir)
     run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir,

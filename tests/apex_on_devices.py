@@ -34,7 +34,8 @@ def after_updates(num_devices: int, num_updates: int = 10, num_seeds: int = 2) -
     state, _ = programs.run_chunk(programs.init(jax.random.split(jax.random.key(3), num_seeds)))
     state = jax.device_get(state)
     spread = lambda tree: max(float(np.abs(leaf - leaf[:1]).max()) for leaf in jax.tree.leaves(tree))
-    return {"params_spread": spread(state.learner.train_state.params), "target_spread": spread(state.learner.target_params),
+    learner = state.learner
+    return {"params_spread": spread(learner.train_state.params), "target_spread": spread(learner.target_params),
             "obs_spread": spread(state.obs), "learner_updates": np.asarray(state.learner.learner_updates).tolist(),
             "shape": list(jax.tree.leaves(state.learner.train_state.params)[0].shape)}
 

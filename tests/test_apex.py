@@ -77,7 +77,8 @@ def test_one_program_trains_and_syncs_the_actors(small_apex):
     np.testing.assert_allclose([metrics["replay/priority_mean"], metrics["replay/priority_max"]],
                                [stored.mean(), stored.max()], rtol=1e-5)
     again, _ = run(jax.random.key(0))
-    for a, b in zip(jax.tree.leaves(state.learner.train_state.params), jax.tree.leaves(again.learner.train_state.params), strict=True):
+    params = lambda state: jax.tree.leaves(state.learner.train_state.params)
+    for a, b in zip(params(state), params(again), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

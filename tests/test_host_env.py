@@ -338,7 +338,6 @@ def test_bad_inputs_are_one_paragraph_config_errors():
     assert config_error(id=UNCAPPED_ID).key == "env.max_episode_steps"
     assert config_error(id=TEST_ID, kwargs={"colour": "red"}).key == "env.kwargs"
     assert config_error(id=TEST_ID, channels_first=True).key == "env.channels_first"
-    assert config_error(id=TEST_ID, on_error="retry").key == "env.on_error"
     assert config_error(id=TEST_ID, num_workers=-1).key == "env.num_workers"
     assert config_error(id=TEST_ID, max_episode_steps=0).key == "env.max_episode_steps"
     assert config_error(id="").key == "env.id"

@@ -1,0 +1,495 @@
+"""Actors and learner apart, for envs stepped in Python (env=gymnasium): the Sebulba shape on one machine.
+
+    actor threads   host envs <-> one jitted call per vector step (record the step, act on the next),
+                    blocks of n-step items [seed, step, env] into a bounded queue per thread
+    learner thread  inserts blocks into a device-resident replay and learns rounds as the rate limiter
+                    grants them; publishes a parameter copy every `sync_period` learner updates
+    main thread     evaluates parameter snapshots taken at exact env-step boundaries, logs, writes results
+
+Every seed's envs step as one batch with its parameters vmapped, as in the single program. Actor
+thread k owns columns k, k + K, ... of every seed's envs, so Ape-X's actor i of seed s keeps its envs
+and epsilon whatever the thread count. The rate limiter (framework/runtime.py) holds learner samples
+per inserted item to `runtime.samples_per_insert`. `runtime.mode=lockstep` runs the same parts in one
+thread: block k is acted with the parameters published after learner round k-1, then its share of
+samples is drawn, so a run is reproducible. Reproducibility in free mode is not promised: the thread
+schedule decides which parameters an action used.
+"""
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from omegaconf import OmegaConf
+
+from framework.algorithm import ActorLearner, Algorithm
+from framework.config import TrainConfig
+from framework.errors import HostRunError, check
+from framework.host_env import HostEnvError, host_evaluate
+from framework.loggers import make_loggers
+from framework.parallel import DEVICE_AXIS
+from framework.plots import plot_learning_curve
+from framework.policy import save_policies
+from framework.progress import ProgressBar, print_line
+from framework.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
+from framework.trainer import (
+    StopRequest,
+    format_line,
+    format_outputs,
+    format_result,
+    learning_curve_title,
+    open_run_dir,
+    summarize,
+)
+
+
+def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:
+    """What this path does not do, refused before anything starts."""
+    check(parts is not None, "algo", algo_name, "an algorithm with an actor part and a learner part (dqn, apex)",
+          f"env={train.env.name} steps its envs on the host, which algo={algo_name} cannot learn from")
+    check(train.num_devices in (None, 1), "num_devices", train.num_devices, "null or 1",
+          "the host-env runtime runs one learner on one device")
+    check(train.distributed.num_processes == 1, "distributed.num_processes", train.distributed.num_processes, "1",
+          "the host-env runtime runs on one machine")
+    check(not train.resume, "resume", train.resume, "false with a host env",
+          "the actor-learner runtime writes no checkpoints yet: a host run starts from scratch")
+    check(not train.checkpoint.every, "checkpoint.every", train.checkpoint.every, "0 with a host env",
+          "the actor-learner runtime writes no checkpoints yet")
+    threads = train.runtime.num_actor_threads
+    check(parts.num_envs % threads == 0, "runtime.num_actor_threads", threads,
+          f"a divisor of the {parts.num_envs} envs of a seed", "every thread owns as many env columns")
+
+
+def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[float]:
+    """Learner samples per inserted item: the single program's ratio by default; None: free running."""
+    spi = train.runtime.samples_per_insert
+    if spi == "auto":
+        return parts.samples_per_learn / (parts.block_steps * parts.num_envs)
+    return None if spi is None else float(spi)
+
+
+def with_device_axis(fn: Callable) -> Callable:
+    """`fn` as one learner on a device axis of size one (Ape-X's learner averages over that axis)."""
+    add = lambda tree: jax.tree.map(lambda x: x[None], tree)
+    return lambda *args: jax.tree.map(lambda x: x[0], jax.vmap(fn, axis_name=DEVICE_AXIS)(*map(add, args)))
+
+
+class HostPrograms(NamedTuple):
+    """The jitted functions of a host run, each over all seeds (vmapped)."""
+
+    learner_init: Callable  # (keys [S], obs [S, N, ...]) -> learner state
+    actor_init: Callable  # obs [S, n, ...] -> windows
+    first_actions: Callable  # (params, obs [S, n, ...], columns [n], env steps, key, index) -> actions [S, n]
+    record_and_act: Callable  # (params, windows, step, columns, env steps, key, index) -> (windows, items, prios,
+    #                            actions): record a vector step, act on its next observations
+    insert: Callable  # (learner, items [S, T, N, ...], priorities) -> learner (donated)
+    learn: Callable  # (learner, keys [S], round, env steps [S]) -> (learner, metrics) (donated)
+    snapshot: Callable  # learner -> a copy of the actors' parameters (the learner's next call donates its own)
+    greedy: Callable  # (params [S, ...], obs [S, E, ...]) -> actions [S, E]
+
+
+def host_programs(algorithm: Algorithm) -> HostPrograms:
+    parts = algorithm.actor_learner
+    seeds = jax.vmap
+    def act(params, obs, columns, env_steps, key, index):
+        """Every seed's envs in `columns` act with their epsilon at `env_steps` (a seed's, all threads')."""
+        epsilons = jnp.broadcast_to(parts.epsilons(env_steps), (parts.num_envs,))[columns]
+        uniforms = jax.random.uniform(jax.random.fold_in(key, index), obs.shape[:2])
+        return seeds(parts.act, in_axes=(0, 0, None, 0))(params, obs, epsilons, uniforms)
+
+    def record_and_act(params, windows, step, columns, env_steps, key, index):
+        windows, items, priorities = seeds(parts.observe)(params, windows, step)
+        return windows, items, priorities, act(params, step["next_obs"], columns, env_steps, key, index)
+
+    def learn(learner, keys, round_index, env_steps):
+        round_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, round_index)
+        return seeds(with_device_axis(parts.learn))(learner, round_keys, env_steps)
+
+    return HostPrograms(
+        learner_init=jax.jit(seeds(parts.learner_init)), actor_init=jax.jit(seeds(parts.actor_init)),
+        first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=1),
+        insert=jax.jit(seeds(with_device_axis(parts.insert)), donate_argnums=0),
+        learn=jax.jit(learn, donate_argnums=0),
+        snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
+        greedy=greedy_program(algorithm))
+
+
+def stack_steps(trees: list) -> Any:
+    """Per-step trees [S, n, ...] -> one block [S, T, n, ...]."""
+    return jax.tree.map(lambda *steps: jnp.stack(steps, axis=1), *trees)
+
+
+def column_order(num_envs: int, threads: int) -> np.ndarray:
+    """[threads, num_envs / threads]: thread k owns columns k, k + threads, ... of every seed."""
+    return np.arange(num_envs).reshape(-1, threads).T.copy()
+
+
+@dataclasses.dataclass
+class Meter:
+    """Busy and waiting seconds of one side, and its count of work items."""
+
+    busy: float = 0.0
+    waiting: float = 0.0
+    count: int = 0
+
+    def wait_fraction(self) -> float:
+        return self.waiting / max(self.busy + self.waiting, 1e-9)
+
+
+class Actor:
+    """One thread's share of the envs: columns `columns` of every seed, stepped as one host vector env."""
+
+    def __init__(self, index: int, env: Any, programs: HostPrograms, parts: ActorLearner, num_seeds: int,
+                 columns: np.ndarray, env_seed: int, key: jax.Array, timeout_s: float):
+        self.programs, self.parts, self.columns = programs, parts, columns
+        self.num_seeds, self.width = num_seeds, len(columns)
+        self.envs = env.vector_env(num_seeds * self.width, timeout_s)
+        self.key = jax.random.fold_in(key, index)
+        self.obs = self.shaped(self.envs.reset(seed=env_seed))
+        self.windows = programs.actor_init(self.obs)
+        self.vector_steps = 0
+        self.actions: Optional[jax.Array] = None
+        self.meter = Meter()
+        self.finished = [[] for _ in range(num_seeds)]  # returns of the episodes that ended, per seed
+        self.staleness: list[int] = []
+
+    def shaped(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.num_seeds, self.width, *x.shape[1:])
+
+    def block(self, env_steps: int, parameters: Callable[[], tuple[Any, int]], learner_version: Callable[[], int]
+              ) -> tuple[Any, Any]:
+        """`block_steps` vector steps from a seed's `env_steps`: items and priorities [S, T, n, ...].
+        `parameters()` gives the (params, version) to act with, asked again after every step."""
+        params, version = parameters()
+        if self.actions is None:
+            self.actions = self.programs.first_actions(params, self.obs, self.columns, np.int32(env_steps), self.key, 0)
+        items, priorities = [], []
+        for t in range(self.parts.block_steps):
+            start = time.perf_counter()
+            actions = np.asarray(self.actions)
+            step = self.envs.step(actions.reshape(-1))
+            transition = {"obs": self.obs, "action": actions, "reward": self.shaped(step.reward),
+                          "terminated": self.shaped(step.terminated), "truncated": self.shaped(step.truncated),
+                          "final_obs": self.shaped(step.final_obs), "acted": self.shaped(step.acted),
+                          "next_obs": self.shaped(step.obs)}
+            for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
+                self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
+            self.vector_steps += 1
+            self.windows, item, priority, self.actions = self.programs.record_and_act(
+                params, self.windows, transition, self.columns, np.int32(env_steps + (t + 1) * self.parts.num_envs),
+                self.key, np.int32(self.vector_steps))
+            self.obs = transition["next_obs"]
+            items.append(item)
+            priorities.append(priority)
+            self.staleness.append(learner_version() - version)
+            self.meter.busy += time.perf_counter() - start
+            self.meter.count += 1
+            params, version = parameters()
+        return stack_steps(items), None if priorities[0] is None else stack_steps(priorities)
+
+    def recent_returns(self) -> list[Optional[float]]:
+        """Each seed's mean return over its last 10 finished episodes (None before the first)."""
+        return [float(np.mean(returns[-10:])) if returns else None for returns in self.finished]
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+class Report(NamedTuple):
+    """What the learner hands the main thread at an env-step boundary."""
+
+    env_steps: int  # per seed
+    params: Any  # a copy of every seed's parameters at exactly these env steps
+    metrics: dict  # the learner's last round's metrics (host values per seed)
+    last: bool
+
+
+class HostRun:
+    """A host run's actors, learner, limiter, queues and parameter store; `run()` trains it to the end."""
+
+    def __init__(self, train: TrainConfig, env: Any, algorithm: Algorithm):
+        self.train, self.env, self.algorithm = train, env, algorithm
+        self.parts = parts = algorithm.actor_learner
+        self.num_seeds = train.num_seeds
+        self.programs = host_programs(algorithm)
+        self.block_items = parts.block_steps * parts.num_envs  # one seed's items of one round, all threads
+        self.num_rounds = max(1, -(-train.total_env_steps // self.block_items))
+        self.spi = samples_per_insert(train, parts)
+        threads, timeout = train.runtime.num_actor_threads, train.runtime.timeout_s
+        columns = column_order(parts.num_envs, threads)
+        self.unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
+        init_key, actor_key, self.learner_key = jax.random.split(jax.random.key(np.uint32(train.seed)), 3)
+        self.actors: list[Actor] = []
+        try:
+            for k in range(threads):
+                env_seed = train.seed * 1_000_003 + k * 10_007
+                self.actors.append(Actor(k, env, self.programs, parts, self.num_seeds, columns[k], env_seed,
+                                         actor_key, timeout))
+        except BaseException:
+            self.close()
+            raise
+        obs = np.concatenate([actor.obs for actor in self.actors], axis=1)[:, self.unshuffle]
+        self.learner = self.programs.learner_init(jax.random.split(init_key, self.num_seeds), obs)
+        self.learner_keys = jax.random.split(self.learner_key, self.num_seeds)
+        # the bound must hold a whole round of samples and a whole round of inserts
+        error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * self.block_items)
+        self.limiter = RateLimiter(self.spi, parts.learning_starts, error_buffer)
+        self.store = ParameterStore()
+        self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
+        self.learn_metrics: dict = {}
+        self.learner_meter = Meter()
+        self.store.publish(self.programs.snapshot(self.learner), 0)
+
+    # the learner side
+
+    def insert(self, blocks: list[tuple[Any, Any]]) -> None:
+        """One round: every thread's block, columns joined back into env order."""
+        join = lambda trees: jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=2)[:, :, self.unshuffle], *trees)
+        items = join([items for items, _ in blocks])
+        priorities = None if blocks[0][1] is None else join([priorities for _, priorities in blocks])
+        self.limiter.acquire_insert(self.block_items, timeout=0)
+        self.learner = self.programs.insert(self.learner, items, priorities)
+        self.rounds_inserted += 1
+
+    def learn_round(self) -> None:
+        """One granted learner round; a parameter copy published when the updates cross a sync period."""
+        env_steps = jnp.full(self.num_seeds, self.rounds_inserted * self.block_items, jnp.int32)
+        self.learner, self.learn_metrics = self.programs.learn(self.learner, self.learner_keys, self.rounds_learned,
+                                                               env_steps)
+        self.rounds_learned += 1
+        before, self.learner_updates = self.learner_updates, self.learner_updates + self.parts.updates_per_learn
+        if self.learner_updates // self.parts.sync_period > before // self.parts.sync_period:
+            self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
+
+    def learn_granted(self, more_inserts: bool) -> None:
+        """Every round the limiter grants now; free running (no ratio) learns one round per call."""
+        while self.limiter.try_sample(self.parts.samples_per_learn):
+            start = time.perf_counter()
+            self.learn_round()
+            self.learner_meter.busy += time.perf_counter() - start
+            self.learner_meter.count += 1
+            if self.spi is None and more_inserts:
+                return
+
+    def boundary_report(self, previous: int, reports: BoundedQueue, timeout: float) -> None:
+        """A report (parameters copied now) when the env steps cross a log or eval boundary, or end the run."""
+        now, last = self.rounds_inserted * self.block_items, self.rounds_inserted == self.num_rounds
+        crossed = lambda every: every > 0 and now // every > previous // every
+        if crossed(self.train.log_every) or crossed(self.train.eval_every) or last:
+            # the actors' episodes as of this boundary (in lockstep, the same in every run)
+            metrics = {"train/episode_return": self.recent_return(),
+                       **{name: np.asarray(value) for name, value in self.learn_metrics.items()}}
+            reports.put(Report(now, self.programs.snapshot(self.learner), metrics, last), timeout=timeout)
+
+    # the two shapes
+
+    def run_free(self, reports: BoundedQueue, stop: StopSignal) -> None:
+        """Actor threads and this learner thread at once; returns once the last round is learned."""
+        timeout = self.train.runtime.timeout_s
+        queues = [BoundedQueue(self.train.runtime.queue_blocks) for _ in self.actors]
+        stop.register(*queues, self.limiter, self.store)
+        threads = [threading.Thread(target=stop.guarded(f"actor thread {k}", self.act_freely, actor, out, timeout),
+                                    name=f"actor-{k}", daemon=True)
+                   for k, (actor, out) in enumerate(zip(self.actors, queues, strict=True))]
+        for thread in threads:
+            thread.start()
+        try:
+            while self.rounds_inserted < self.num_rounds:
+                previous = self.rounds_inserted * self.block_items
+                start = time.perf_counter()
+                blocks = [incoming.get(timeout=timeout) for incoming in queues]
+                self.learner_meter.waiting += time.perf_counter() - start
+                self.insert(blocks)
+                self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
+                self.boundary_report(previous, reports, timeout)
+        finally:  # normally every actor has handed over its last block; after a failure the stop ends them
+            for thread in threads:
+                thread.join(timeout)
+
+    def act_freely(self, actor: Actor, out: BoundedQueue, timeout: float) -> None:
+        for round_index in range(self.num_rounds):
+            block = actor.block(round_index * self.block_items, self.store.latest, lambda: self.store.version)
+            start = time.perf_counter()
+            out.put(block, timeout=timeout)
+            actor.meter.waiting += time.perf_counter() - start
+
+    def run_lockstep(self, reports: BoundedQueue, stop: StopSignal) -> None:
+        """Block k acted with the parameters after learner round k-1, then its share of samples drawn."""
+        stop.register(reports)
+        timeout = self.train.runtime.timeout_s
+        while self.rounds_inserted < self.num_rounds and not stop.stopped:
+            previous = self.rounds_inserted * self.block_items
+            fixed = self.store.latest()
+            acted_with = lambda fixed=fixed: fixed
+            self.insert([actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors])
+            self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
+            self.boundary_report(previous, reports, timeout)
+
+    def env_steps_per_second(self) -> float:
+        busy = max(max(actor.meter.busy + actor.meter.waiting for actor in self.actors), 1e-9)
+        return sum(actor.meter.count for actor in self.actors) * self.parts.num_envs / len(self.actors) / busy
+
+    def runtime_metrics(self, seconds: float) -> dict:
+        """The actor and learner side of the system: rates, waits, staleness, samples per insert."""
+        staleness = [s for actor in self.actors for s in actor.staleness[-1000:]]
+        return {
+            "runtime/actor_env_steps_per_second": self.num_seeds * self.rounds_inserted * self.block_items / seconds,
+            "runtime/learner_batches_per_second": self.learner_updates / seconds,
+            "runtime/samples_per_insert": self.limiter.measured_samples_per_insert,
+            "runtime/staleness": float(np.mean(staleness)) if staleness else 0.0,
+            "runtime/actor_wait_fraction": float(np.mean([actor.meter.wait_fraction() for actor in self.actors])),
+            "runtime/learner_wait_fraction": self.learner_meter.wait_fraction(),
+        }
+
+    def recent_return(self) -> float:
+        per_seed = [r for actor in self.actors for r in actor.recent_returns() if r is not None]
+        return float(np.mean(per_seed)) if per_seed else float("nan")
+
+    def close(self) -> None:
+        for actor in self.actors:
+            actor.close()
+
+
+def greedy_program(algorithm: Algorithm) -> Callable:
+    """(params [S, ...], obs [S, E, ...]) -> greedy actions [S, E], jitted."""
+    return jax.jit(jax.vmap(lambda params, obs: algorithm.act(params, obs, jax.random.key(0))))
+
+
+def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_episodes: int,
+                   first_seed: int) -> np.ndarray:
+    """Every seed's `num_episodes` greedy returns [S, episodes] in envs of their own; seed s's episode e is
+    reset with `first_seed + s * num_episodes + e` (framework.evaluate replays them)."""
+    def act(obs: np.ndarray) -> np.ndarray:
+        return np.asarray(greedy(params, obs.reshape(num_seeds, num_episodes, *obs.shape[1:]))).reshape(-1)
+
+    returns = host_evaluate(env.evaluation_env, act, num_seeds * num_episodes, first_seed, num_seeds * num_episodes)
+    return returns.reshape(num_seeds, num_episodes)
+
+
+EPISODES_APART = 100_000  # episode seeds of two evaluations of a run never meet below this many episodes per seed
+
+
+def evaluation_seed(seed: int, num_seeds: int, evaluation: int) -> int:
+    """The first episode seed of a run's evaluation number `evaluation` (the final one: -1)."""
+    return (seed * 7919 + evaluation + 1) * num_seeds * EPISODES_APART
+
+
+def failure_message(error: BaseException, env_id: str, env_steps: int) -> str:
+    what = str(error) if isinstance(error, HostEnvError) else f"{type(error).__name__}: {error}"
+    return (f"The run stopped at env step {env_steps:,} of {env_id}: {what}. Every actor thread and env worker "
+            "was stopped; nothing after the last evaluation was kept.")
+
+
+def start_learner(run: HostRun, reports: BoundedQueue, stop: StopSignal) -> threading.Thread:
+    """The learner (and, in free mode, the actor threads it starts) on a thread of its own."""
+    shape = run.run_lockstep if run.train.runtime.mode == "lockstep" else run.run_free
+    thread = threading.Thread(target=stop.guarded("the learner", shape, reports, stop), name="learner", daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for_report(reports: BoundedQueue, stop: StopSignal, learner: threading.Thread, timeout: float,
+                    requested: Callable[[], bool]) -> Optional[Report]:
+    """The next report; None once a stop was requested (a signal); the first failure of any thread re-raised."""
+    deadline = time.time() + timeout
+    while True:
+        stop.raise_if_failed()
+        if requested():
+            return None
+        try:
+            return reports.get(timeout=0.2)
+        except RuntimeStopped:
+            stop.raise_if_failed()
+            return None
+        except TimeoutError:
+            if not learner.is_alive() and reports.qsize() == 0:
+                stop.raise_if_failed()
+                return None
+            if time.time() > deadline:
+                raise HostRunError(f"no progress for {timeout:g} s (runtime.timeout_s): the learner and the actors "
+                                   "are stuck") from None
+
+
+def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run_dir: Path,
+               seconds: Callable[[], float], sweep_group: Optional[str]) -> dict:
+    """The host-env counterpart of framework.trainer.train's loop: same logs, summary, policies and plots."""
+    check_host_run(train, algorithm.actor_learner, train.algo.name)
+    open_run_dir(train, cfg, run_dir)
+    start = time.time()
+    run = HostRun(train, env, algorithm)
+    history = EvaluationHistory(run.num_seeds, train.target_return, train.solve_window)
+    best = BestPolicies(jax.device_get(run.store.latest()[0]), seed_axis=0)
+    loggers = make_loggers(train.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
+    reports, stop_signal = BoundedQueue(4), StopSignal()
+    progress = {"env_steps": 0, "train_seconds": 0.0}
+    summary, final_params, interrupted_by, evaluations, learner = None, None, None, 0, None
+    evaluate = lambda params, episodes, evaluation: greedy_returns(
+        env, run.programs.greedy, params, run.num_seeds, episodes,
+        evaluation_seed(train.seed, run.num_seeds, evaluation))
+    solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
+                      if train.target_return is not None else None)
+    try:
+        with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
+            learner = start_learner(run, reports, stop_signal)
+            latest_eval = None
+            while True:
+                report = wait_for_report(reports, stop_signal, learner, train.runtime.timeout_s,
+                                         lambda: stop.requested)
+                if report is None:
+                    interrupted_by = stop.signal.name if stop.requested else None
+                    break
+                progress["env_steps"] = report.env_steps
+                progress["train_seconds"] = time.time() - start
+                rate = run.num_seeds * report.env_steps / max(progress["train_seconds"], 1e-9)
+                record = {"env_steps": report.env_steps, "perf/wall_seconds": seconds(),
+                          "perf/env_steps_per_second": rate,
+                          **{name: float(np.mean(value)) for name, value in report.metrics.items()},
+                          **run.runtime_metrics(progress["train_seconds"])}
+                every = train.eval_every
+                if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
+                    returns = evaluate(report.params, train.eval_episodes, evaluations).mean(axis=-1)
+                    evaluations += 1
+                    improved = history.record(report.env_steps, returns, seconds())
+                    if improved.any():
+                        best.keep(improved, jax.device_get(report.params))
+                    record.update({"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()})
+                    latest_eval = record["eval/return"]
+                loggers.log(record)
+                print_line(format_line(record, solved(), algorithm.headline_metrics))
+                bar.update(report.env_steps, rate, latest_eval)
+                final_params = report.params
+                if report.last or history.all_solved:
+                    break
+        stop_signal.raise_if_failed()
+        if final_params is None:
+            final_params = run.store.latest()[0]
+        final_returns = evaluate(final_params, train.final_eval_episodes, -1)
+        best_returns = evaluate(best.policies, train.final_eval_episodes, -1)
+        summary = summarize(seed_results(history, final_returns, best_returns), progress, 0.0, seconds(), train, 1,
+                            interrupted_by)
+        summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
+                              **run.runtime_metrics(max(progress["train_seconds"], 1e-9))}
+    except (HostEnvError, RuntimeStopped) as error:
+        cause = stop_signal.error or error
+        raise HostRunError(failure_message(cause, env.name, progress["env_steps"])) from None
+    finally:  # no thread, env or worker outlives the run, whatever stopped it
+        stop_signal.stop("the run ended")
+        if learner is not None:
+            learner.join(train.runtime.timeout_s)
+        loggers.close(summary)
+        run.close()
+
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    for which, policies in (("final", jax.device_get(final_params)), ("best", best.policies)):
+        save_policies(run_dir, which, policies, train, env)
+    if history.env_steps:
+        plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
+                            train.target_return, learning_curve_title(train.algo.name, env))
+    for line in (format_result(summary), *format_outputs(run_dir)):
+        print_line(line)
+    return summary

@@ -1,0 +1,70 @@
+"""Actors and learner apart on gymnasium envs (framework/host_trainer.py): a short run of each algorithm end to
+end, lockstep reproducibility, an env that raises, and what the path refuses."""
+import json
+import threading
+
+import numpy as np
+import pytest
+from conftest import compose_config
+from test_host_env import TEST_ID
+
+from framework.errors import ConfigError, HostRunError
+from framework.policy import policy_path
+from framework.trainer import train
+
+SHORT = ["env=gymnasium", "total_env_steps=2048", "eval_every=1024", "log_every=1024", "eval_episodes=2",
+         "final_eval_episodes=3", "num_seeds=2", "algo.learning_starts=256"]
+SMALL = {"dqn": ["algo=dqn", "algo.batch_size=32", "algo.train_every=64", "algo.updates_per_train=4"],
+         "apex": ["algo=apex", "algo.num_actors=2", "algo.envs_per_actor=2", "algo.rollout_length=16",
+                  "algo.batch_size=32", "algo.learner_updates_per_iteration=4"]}
+
+
+def timing_free(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith(("perf/", "runtime/"))}
+
+
+@pytest.mark.parametrize("algo", ["dqn", "apex"])
+def test_a_short_run_learns_evaluates_and_writes_its_results(algo, tmp_path):
+    summary = train(compose_config(*SHORT, *SMALL[algo]), tmp_path)
+    assert [seed["seed_index"] for seed in summary["seeds"]] == [0, 1]
+    assert all(np.isfinite(seed["final_eval_return"]) and seed["final_eval_return"] >= 8 for seed in summary["seeds"])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [1024, 2048] and "eval/return" in records[-1]
+    runtime = summary["runtime"]
+    # the learner drew its share: the limiter keeps samples within one round of the target ratio
+    assert runtime["samples_per_insert_target"] == pytest.approx(2.0)
+    assert runtime["runtime/learner_batches_per_second"] > 0 and np.isfinite(records[-1]["train/loss"])
+    assert abs(runtime["runtime/samples_per_insert"] - 2.0) <= 128 / (2048 - 256) + 1e-9
+    assert all(policy_path(tmp_path, seed, which).exists() for seed in (0, 1) for which in ("final", "best"))
+
+
+def test_lockstep_runs_are_reproducible(tmp_path):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run_dir in runs:
+        train(compose_config(*SHORT, *SMALL["dqn"], "runtime.mode=lockstep"), run_dir)
+    read = lambda run_dir: [timing_free(json.loads(line))
+                            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert read(runs[0]) == read(runs[1])
+    for seed in (0, 1):
+        assert policy_path(runs[0], seed, "final").read_bytes() == policy_path(runs[1], seed, "final").read_bytes()
+
+
+def test_an_env_that_raises_stops_the_run_naming_the_env_and_leaves_no_thread(tmp_path):
+    before = threading.active_count()
+    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", "+env.kwargs.fail_seed=0",
+                            "+env.kwargs.fail_step=50")
+    with pytest.raises(HostRunError, match=rf"env step .* of {TEST_ID}.*failed at env index 0"):
+        train(config, tmp_path)
+    assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo=tabular_q"], "algo"),
+    (["algo=dqn", "resume=true"], "resume"),
+    (["algo=dqn", "checkpoint.every=1024"], "checkpoint.every"),
+    (["algo=dqn", "runtime.num_actor_threads=3"], "runtime.num_actor_threads"),
+])
+def test_what_the_host_path_refuses(overrides, key, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        train(compose_config("env=gymnasium", *overrides), tmp_path)
+    assert refused.value.key == key
