@@ -42,10 +42,6 @@ def stopped_message(summary: dict, hydra_cfg: Any, multirun: bool) -> str:
     command = shlex.join(["python", "run.py", *overrides, "resume=true", f"hydra.run.dir={run_dir}"])
     what = "Ctrl-C" if summary["interrupted_by"] == "SIGINT" else summary["interrupted_by"]
     sweep = f"; job {hydra_cfg.job.num} of the sweep, whose later jobs did not run" if multirun else ""
-    if "runtime" in summary:  # actors and learner apart: no checkpoint to continue from yet
-        return (f"stopped by {what} after {summary['env_steps']:,} env steps{sweep}. summary.json (\"interrupted\": "
-                f"true), its final evaluation and the policies are in {run_dir}; a host-env run keeps no checkpoint, "
-                "so run it again to train further")
     return (f"stopped by {what} after {summary['env_steps']:,} env steps{sweep}. A checkpoint and summary.json "
             f"(\"interrupted\": true) are in {run_dir}; continue with resume=true: {command}")
 

@@ -27,6 +27,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from framework.algorithm import ActorLearner, Algorithm
+from framework.checkpoint import Checkpointer
 from framework.config import TrainConfig
 from framework.errors import HostRunError, check
 from framework.host_env import HostEnvError, host_evaluate
@@ -42,6 +43,7 @@ from framework.trainer import (
     format_line,
     format_outputs,
     format_result,
+    keep_first_lines,
     learning_curve_title,
     open_run_dir,
     summarize,
@@ -56,10 +58,6 @@ def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name:
           "the host-env runtime runs one learner on one device")
     check(train.distributed.num_processes == 1, "distributed.num_processes", train.distributed.num_processes, "1",
           "the host-env runtime runs on one machine")
-    check(not train.resume, "resume", train.resume, "false with a host env",
-          "the actor-learner runtime writes no checkpoints yet: a host run starts from scratch")
-    check(not train.checkpoint.every, "checkpoint.every", train.checkpoint.every, "0 with a host env",
-          "the actor-learner runtime writes no checkpoints yet")
     threads = train.runtime.num_actor_threads
     check(parts.num_envs % threads == 0, "runtime.num_actor_threads", threads,
           f"a divisor of the {parts.num_envs} envs of a seed", "every thread owns as many env columns")
@@ -206,7 +204,8 @@ class Report(NamedTuple):
     env_steps: int  # per seed
     params: Any  # a copy of every seed's parameters at exactly these env steps
     metrics: dict  # the learner's last round's metrics (host values per seed)
-    last: bool
+    last: bool  # the run's last round, or the round after a stop was requested
+    checkpoint: Optional[tuple[Any, dict]] = None  # (host copy of the learner state, counters) at a quiet point
 
 
 class HostRun:
@@ -223,19 +222,12 @@ class HostRun:
         threads, timeout = train.runtime.num_actor_threads, train.runtime.timeout_s
         columns = column_order(parts.num_envs, threads)
         self.unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
-        init_key, actor_key, self.learner_key = jax.random.split(jax.random.key(np.uint32(train.seed)), 3)
-        self.actors: list[Actor] = []
-        try:
-            for k in range(threads):
-                env_seed = train.seed * 1_000_003 + k * 10_007
-                self.actors.append(Actor(k, env, self.programs, parts, self.num_seeds, columns[k], env_seed,
-                                         actor_key, timeout))
-        except BaseException:
-            self.close()
-            raise
-        obs = np.concatenate([actor.obs for actor in self.actors], axis=1)[:, self.unshuffle]
+        self.columns, self.timeout = columns, timeout
+        init_key, self.actor_key, learner_key = jax.random.split(jax.random.key(np.uint32(train.seed)), 3)
+        # the network's init reads the observations' shape and dtype only
+        obs = np.zeros((self.num_seeds, parts.num_envs, *env.observation_shape), env.observation_dtype)
         self.learner = self.programs.learner_init(jax.random.split(init_key, self.num_seeds), obs)
-        self.learner_keys = jax.random.split(self.learner_key, self.num_seeds)
+        self.learner_keys = jax.random.split(learner_key, self.num_seeds)
         # the bound must hold a whole round of samples and a whole round of inserts
         error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * self.block_items)
         self.limiter = RateLimiter(self.spi, parts.learning_starts, error_buffer)
@@ -243,7 +235,40 @@ class HostRun:
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
         self.learner_meter = Meter()
-        self.store.publish(self.programs.snapshot(self.learner), 0)
+        self.actors: list[Actor] = []
+        self.first_round = self.first_updates = 0  # where this process started (a resumed run: its checkpoint)
+        self.stop_requested = False  # set by the main thread on a signal: the learner ends after its round
+
+    def checkpoint_state(self) -> dict:
+        """The device state a checkpoint holds (its shapes are the restore's template)."""
+        return {"learner": self.learner, "learner_keys": self.learner_keys}
+
+    def counters(self) -> dict:
+        return {"rounds_inserted": self.rounds_inserted, "rounds_learned": self.rounds_learned,
+                "learner_updates": self.learner_updates, "inserts": self.limiter.inserts,
+                "samples": self.limiter.samples}
+
+    def restore(self, state: dict, counters: dict) -> None:
+        """A checkpoint's learner, replay and counters; blocks that were in flight when it was taken are gone."""
+        self.learner, self.learner_keys = state["learner"], state["learner_keys"]
+        self.rounds_inserted, self.rounds_learned = counters["rounds_inserted"], counters["rounds_learned"]
+        self.learner_updates = counters["learner_updates"]
+        self.limiter.inserts, self.limiter.samples = counters["inserts"], counters["samples"]
+
+    def start_actors(self) -> None:
+        """Every thread's envs, reset from the run's seed and the env step it starts at (so a resumed run
+        steps new episodes, not a replay of the first ones), and the first published parameters."""
+        self.first_round, self.first_updates = self.rounds_inserted, self.learner_updates
+        start = self.rounds_inserted * self.block_items
+        try:
+            for k in range(len(self.columns)):
+                env_seed = self.train.seed * 1_000_003 + k * 10_007 + start * 101
+                self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds, self.columns[k],
+                                         env_seed, jax.random.fold_in(self.actor_key, start), self.timeout))
+        except BaseException:
+            self.close()
+            raise
+        self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
 
     # the learner side
 
@@ -276,15 +301,22 @@ class HostRun:
             if self.spi is None and more_inserts:
                 return
 
-    def boundary_report(self, previous: int, reports: BoundedQueue, timeout: float) -> None:
-        """A report (parameters copied now) when the env steps cross a log or eval boundary, or end the run."""
-        now, last = self.rounds_inserted * self.block_items, self.rounds_inserted == self.num_rounds
+    def boundary_report(self, previous: int, reports: BoundedQueue, timeout: float) -> bool:
+        """A report (parameters copied now) when the env steps cross a log, eval or checkpoint boundary, end the
+        run or follow a stop request; True when it was the last."""
+        now = self.rounds_inserted * self.block_items
+        last = self.rounds_inserted == self.num_rounds or self.stop_requested
         crossed = lambda every: every > 0 and now // every > previous // every
-        if crossed(self.train.log_every) or crossed(self.train.eval_every) or last:
+        checkpoint = crossed(self.train.checkpoint.every) or (last and bool(self.train.checkpoint.every)) or (
+            self.stop_requested)
+        if crossed(self.train.log_every) or crossed(self.train.eval_every) or last or checkpoint:
             # the actors' episodes as of this boundary (in lockstep, the same in every run)
             metrics = {"train/episode_return": self.recent_return(),
                        **{name: np.asarray(value) for name, value in self.learn_metrics.items()}}
-            reports.put(Report(now, self.programs.snapshot(self.learner), metrics, last), timeout=timeout)
+            # a quiet point: no learner call runs, so the state is whole (its host copy outlives the donation)
+            saved = (jax.device_get(self.checkpoint_state()), self.counters()) if checkpoint else None
+            reports.put(Report(now, self.programs.snapshot(self.learner), metrics, last, saved), timeout=timeout)
+        return last
 
     # the two shapes
 
@@ -299,20 +331,23 @@ class HostRun:
         for thread in threads:
             thread.start()
         try:
-            while self.rounds_inserted < self.num_rounds:
+            last = False
+            while not last:
                 previous = self.rounds_inserted * self.block_items
                 start = time.perf_counter()
                 blocks = [incoming.get(timeout=timeout) for incoming in queues]
                 self.learner_meter.waiting += time.perf_counter() - start
                 self.insert(blocks)
                 self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
-                self.boundary_report(previous, reports, timeout)
-        finally:  # normally every actor has handed over its last block; after a failure the stop ends them
+                last = self.boundary_report(previous, reports, timeout)
+        finally:  # normally every actor has handed over its last block; else the stop ends their waits
+            for incoming in queues:
+                incoming.stop("the learner stopped")
             for thread in threads:
                 thread.join(timeout)
 
     def act_freely(self, actor: Actor, out: BoundedQueue, timeout: float) -> None:
-        for round_index in range(self.num_rounds):
+        for round_index in range(self.first_round, self.num_rounds):
             block = actor.block(round_index * self.block_items, self.store.latest, lambda: self.store.version)
             start = time.perf_counter()
             out.put(block, timeout=timeout)
@@ -322,13 +357,14 @@ class HostRun:
         """Block k acted with the parameters after learner round k-1, then its share of samples drawn."""
         stop.register(reports)
         timeout = self.train.runtime.timeout_s
-        while self.rounds_inserted < self.num_rounds and not stop.stopped:
+        last = False
+        while not last and not stop.stopped:
             previous = self.rounds_inserted * self.block_items
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
             self.insert([actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors])
             self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
-            self.boundary_report(previous, reports, timeout)
+            last = self.boundary_report(previous, reports, timeout)
 
     def env_steps_per_second(self) -> float:
         busy = max(max(actor.meter.busy + actor.meter.waiting for actor in self.actors), 1e-9)
@@ -338,8 +374,10 @@ class HostRun:
         """The actor and learner side of the system: rates, waits, staleness, samples per insert."""
         staleness = [s for actor in self.actors for s in actor.staleness[-1000:]]
         return {
-            "runtime/actor_env_steps_per_second": self.num_seeds * self.rounds_inserted * self.block_items / seconds,
-            "runtime/learner_batches_per_second": self.learner_updates / seconds,
+            "runtime/actor_env_steps_per_second": (self.num_seeds * (self.rounds_inserted - self.first_round)
+                                                   * self.block_items / seconds),
+            "runtime/learner_updates": self.learner_updates,
+            "runtime/learner_batches_per_second": (self.learner_updates - self.first_updates) / seconds,
             "runtime/samples_per_insert": self.limiter.measured_samples_per_insert,
             "runtime/staleness": float(np.mean(staleness)) if staleness else 0.0,
             "runtime/actor_wait_fraction": float(np.mean([actor.meter.wait_fraction() for actor in self.actors])),
@@ -393,41 +431,48 @@ def start_learner(run: HostRun, reports: BoundedQueue, stop: StopSignal) -> thre
     return thread
 
 
-def wait_for_report(reports: BoundedQueue, stop: StopSignal, learner: threading.Thread, timeout: float,
-                    requested: Callable[[], bool]) -> Optional[Report]:
-    """The next report; None once a stop was requested (a signal); the first failure of any thread re-raised."""
-    deadline = time.time() + timeout
+def wait_for_report(reports: BoundedQueue, stop: StopSignal, learner: threading.Thread,
+                    signalled: Callable[[], bool]) -> Optional[Report]:
+    """The learner's next report, or None at once when `signalled()` (a Ctrl-C or SIGTERM to pass on to it); the
+    first failure of any thread re-raised. No deadline here: every wait of the actors and the learner has one."""
     while True:
         stop.raise_if_failed()
-        if requested():
+        if signalled():
             return None
         try:
             return reports.get(timeout=0.2)
         except RuntimeStopped:
             stop.raise_if_failed()
-            return None
+            raise HostRunError("the learner stopped before its last report") from None
         except TimeoutError:
             if not learner.is_alive() and reports.qsize() == 0:
                 stop.raise_if_failed()
-                return None
-            if time.time() > deadline:
-                raise HostRunError(f"no progress for {timeout:g} s (runtime.timeout_s): the learner and the actors "
-                                   "are stuck") from None
+                raise HostRunError("the learner thread ended before its last report") from None
 
 
 def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run_dir: Path,
                seconds: Callable[[], float], sweep_group: Optional[str]) -> dict:
-    """The host-env counterpart of framework.trainer.train's loop: same logs, summary, policies and plots."""
+    """The host-env counterpart of framework.trainer.train's loop: the same logs, checkpoints, summary, policies
+    and plots. A checkpoint is taken at a quiet point of the learner (after a round); resuming restores the
+    learner, its replay, the counters and the history, drops the blocks that were in flight and reseeds the envs
+    from the seed and the env step: the run continues, but not bit-identically to one that never stopped."""
     check_host_run(train, algorithm.actor_learner, train.algo.name)
-    open_run_dir(train, cfg, run_dir)
-    start = time.time()
+    checkpointer = open_run_dir(train, cfg, run_dir)
     run = HostRun(train, env, algorithm)
     history = EvaluationHistory(run.num_seeds, train.target_return, train.solve_window)
-    best = BestPolicies(jax.device_get(run.store.latest()[0]), seed_axis=0)
+    best = BestPolicies(jax.device_get(run.programs.snapshot(run.learner)), seed_axis=0)
+    progress = {"env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0, "evaluations": 0}
+    if train.resume:
+        state, best.policies, saved = checkpointer.restore_latest(run.checkpoint_state(), best.policies)
+        history.load(saved.pop("history"))
+        run.restore(state, saved.pop("counters"))
+        progress = saved
+    keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
+    run.start_actors()
     loggers = make_loggers(train.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
     reports, stop_signal = BoundedQueue(4), StopSignal()
-    progress = {"env_steps": 0, "train_seconds": 0.0}
-    summary, final_params, interrupted_by, evaluations, learner = None, None, None, 0, None
+    summary, interrupted_by, learner, final_params = None, None, None, None
+    trained_before, start = progress["train_seconds"], time.time()
     evaluate = lambda params, episodes, evaluation: greedy_returns(
         env, run.programs.greedy, params, run.num_seeds, episodes,
         evaluation_seed(train.seed, run.num_seeds, evaluation))
@@ -435,36 +480,49 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
                       if train.target_return is not None else None)
     try:
         with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
-            learner = start_learner(run, reports, stop_signal)
-            latest_eval = None
-            while True:
-                report = wait_for_report(reports, stop_signal, learner, train.runtime.timeout_s,
-                                         lambda: stop.requested)
+            latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
+            done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: the results only
+            learner = None if done else start_learner(run, reports, stop_signal)
+            final_params = run.programs.snapshot(run.learner) if done else None
+            while not done:
+                # a signal: the learner ends after its round with a checkpoint, and the run with its results
+                report = wait_for_report(reports, stop_signal, learner,
+                                         lambda: stop.requested and not run.stop_requested)
                 if report is None:
-                    interrupted_by = stop.signal.name if stop.requested else None
-                    break
+                    run.stop_requested = True
+                    continue
                 progress["env_steps"] = report.env_steps
-                progress["train_seconds"] = time.time() - start
-                rate = run.num_seeds * report.env_steps / max(progress["train_seconds"], 1e-9)
+                progress["train_seconds"] = trained_before + time.time() - start
+                rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
+                    time.time() - start, 1e-9)
                 record = {"env_steps": report.env_steps, "perf/wall_seconds": seconds(),
                           "perf/env_steps_per_second": rate,
                           **{name: float(np.mean(value)) for name, value in report.metrics.items()},
-                          **run.runtime_metrics(progress["train_seconds"])}
+                          **run.runtime_metrics(time.time() - start)}
                 every = train.eval_every
                 if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
-                    returns = evaluate(report.params, train.eval_episodes, evaluations).mean(axis=-1)
-                    evaluations += 1
+                    returns = evaluate(report.params, train.eval_episodes, progress["evaluations"]).mean(axis=-1)
+                    progress["evaluations"] += 1
                     improved = history.record(report.env_steps, returns, seconds())
                     if improved.any():
                         best.keep(improved, jax.device_get(report.params))
                     record.update({"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()})
                     latest_eval = record["eval/return"]
                 loggers.log(record)
+                progress["metrics_lines"] += 1
                 print_line(format_line(record, solved(), algorithm.headline_metrics))
                 bar.update(report.env_steps, rate, latest_eval)
                 final_params = report.params
+                if report.checkpoint is not None:
+                    if checkpointer is None:
+                        checkpointer = Checkpointer(run_dir, train.checkpoint.keep)
+                    state, counters = report.checkpoint
+                    checkpointer.save(report.env_steps, state, {**progress, "history": history.to_dict(),
+                                                                "counters": counters}, best.policies)
                 if report.last or history.all_solved:
-                    break
+                    if run.stop_requested and run.rounds_inserted < run.num_rounds:
+                        interrupted_by = stop.signal.name
+                    done = True
         stop_signal.raise_if_failed()
         if final_params is None:
             final_params = run.store.latest()[0]
@@ -473,8 +531,8 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
         summary = summarize(seed_results(history, final_returns, best_returns), progress, 0.0, seconds(), train, 1,
                             interrupted_by)
         summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
-                              **run.runtime_metrics(max(progress["train_seconds"], 1e-9))}
-    except (HostEnvError, RuntimeStopped) as error:
+                              **run.runtime_metrics(max(time.time() - start, 1e-9))}
+    except (HostEnvError, RuntimeStopped, TimeoutError) as error:
         cause = stop_signal.error or error
         raise HostRunError(failure_message(cause, env.name, progress["env_steps"])) from None
     finally:  # no thread, env or worker outlives the run, whatever stopped it
@@ -483,6 +541,8 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
             learner.join(train.runtime.timeout_s)
         loggers.close(summary)
         run.close()
+        if checkpointer is not None:
+            checkpointer.close()
 
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     for which, policies in (("final", jax.device_get(final_params)), ("best", best.policies)):

@@ -58,10 +58,23 @@ def test_an_env_that_raises_stops_the_run_naming_the_env_and_leaves_no_thread(tm
     assert threading.active_count() == before
 
 
+def test_a_resumed_run_continues_from_its_checkpoint(tmp_path):
+    first = train(compose_config(*SHORT, *SMALL["apex"], "checkpoint.every=1024"), tmp_path)
+    assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == [1024, 2048]
+    resumed = train(compose_config(*SHORT, *SMALL["apex"], "checkpoint.every=1024", "resume=true",
+                                   "total_env_steps=4096"), tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [1024, 2048, 3072, 4096]
+    # the learner's updates go on from the checkpoint's: 2048 more env steps draw 2 x 2048 samples of 32
+    updates = [r["runtime/learner_updates"] for r in records]
+    assert updates[3] - updates[1] == pytest.approx(2 * 2048 / 32, abs=4) and updates[1] > 0
+    assert resumed["env_steps"] == 4096 and first["env_steps"] == 2048
+    assert len(json.loads((tmp_path / "summary.json").read_text())["seeds"]) == 2
+
+
 @pytest.mark.parametrize("overrides, key", [
     (["algo=tabular_q"], "env"),  # its grid cells: the registry refuses the pair before the host path is reached
-    (["algo=dqn", "resume=true"], "resume"),
-    (["algo=dqn", "checkpoint.every=1024"], "checkpoint.every"),
+    (["algo=dqn", "num_devices=2"], "num_devices"),
     (["algo=dqn", "runtime.num_actor_threads=3"], "runtime.num_actor_threads"),
 ])
 def test_what_the_host_path_refuses(overrides, key, tmp_path):
