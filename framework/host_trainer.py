@@ -26,10 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import OmegaConf
 
+from algorithms.common.exploration import rollout_draws
 from framework.algorithm import ActorLearner, Algorithm
 from framework.checkpoint import Checkpointer
 from framework.config import TrainConfig
 from framework.errors import HostRunError, check
+from framework.evaluation import run_keys
 from framework.host_env import HostEnvError, host_evaluate
 from framework.loggers import make_loggers
 from framework.parallel import DEVICE_AXIS
@@ -82,37 +84,56 @@ class HostPrograms(NamedTuple):
 
     learner_init: Callable  # (keys [S], obs [S, N, ...]) -> learner state
     actor_init: Callable  # obs [S, n, ...] -> windows
-    first_actions: Callable  # (params, obs [S, n, ...], columns [n], env steps, key, index) -> actions [S, n]
-    record_and_act: Callable  # (params, windows, step, columns, env steps, key, index) -> (windows, items, prios,
-    #                            actions): record a vector step, act on its next observations
+    next_round: Callable  # round keys [S] -> (the next round's, its actors' rollout keys, its learner's keys)
+    round_uniforms: Callable  # (rollout keys [S], columns [n]) -> a round's action uniforms [S, T, n]
+    first_actions: Callable  # (params, obs [S, n, ...], columns [n], env steps, uniforms [S, T, n], t) -> [S, n]
+    record_and_act: Callable  # (params, windows, step, columns, env steps, uniforms, t) -> (windows, items, prios,
+    #                            actions): record a vector step, act on its next observations with uniforms[:, t]
     insert: Callable  # (learner, items [S, T, N, ...], priorities) -> learner (donated)
     learn: Callable  # (learner, keys [S], round, env steps [S]) -> (learner, metrics) (donated)
     snapshot: Callable  # learner -> a copy of the actors' parameters (the learner's next call donates its own)
     greedy: Callable  # (params [S, ...], obs [S, E, ...]) -> actions [S, E]
 
 
+def first_round_keys(seed: int, num_seeds: int) -> tuple[jax.Array, jax.Array]:
+    """Every seed's (round-0 key, network key), split as the single program's `init` splits its seed key (the
+    third key resets a JAX env there)."""
+    keys = jax.vmap(lambda key: jax.random.split(key, 3))(run_keys(np.uint32(seed), 0, num_seeds)[0])
+    return keys[:, 0], keys[:, 1]
+
+
+def next_round_keys(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Round k's keys [S] -> (round k + 1's, round k's actors' rollout keys, its learner's): the single program's
+    split of its state's key at every update, so a lockstep run draws what it draws."""
+    split = jax.vmap(lambda key: jax.random.split(key, 3))(keys)
+    return split[:, 0], split[:, 1], split[:, 2]
+
+
 def host_programs(algorithm: Algorithm) -> HostPrograms:
     parts = algorithm.actor_learner
     seeds = jax.vmap
-    def act(params, obs, columns, env_steps, key, index):
-        """Every seed's envs in `columns` act with their epsilon at `env_steps` (a seed's, all threads')."""
+    def act(params, obs, columns, env_steps, uniforms, t):
+        """Every seed's envs in `columns` act with their epsilon at `env_steps` (a seed's, all threads') and the
+        round's uniforms of step t (clipped: a block's last step acts for nothing, the next block acts anew)."""
         epsilons = jnp.broadcast_to(parts.epsilons(env_steps), (parts.num_envs,))[columns]
-        uniforms = jax.random.uniform(jax.random.fold_in(key, index), obs.shape[:2])
-        return seeds(parts.act, in_axes=(0, 0, None, 0))(params, obs, epsilons, uniforms)
+        step_uniforms = jax.lax.dynamic_index_in_dim(uniforms, jnp.minimum(t, parts.block_steps - 1), 1, False)
+        return seeds(parts.act, in_axes=(0, 0, None, 0))(params, obs, epsilons, step_uniforms)
 
-    def record_and_act(params, windows, step, columns, env_steps, key, index):
+    def record_and_act(params, windows, step, columns, env_steps, uniforms, t):
         windows, items, priorities = seeds(parts.observe)(params, windows, step)
-        return windows, items, priorities, act(params, step["next_obs"], columns, env_steps, key, index)
+        return windows, items, priorities, act(params, step["next_obs"], columns, env_steps, uniforms, t)
 
-    def learn(learner, keys, round_index, env_steps):
-        round_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, round_index)
-        return seeds(with_device_axis(parts.learn))(learner, round_keys, env_steps)
+    def round_uniforms(rollout_keys, columns):
+        """The single program's draws for a round (its env keys serve JAX envs only), this thread's columns."""
+        draws = jax.vmap(lambda key: rollout_draws(key, parts.block_steps, parts.num_envs)[0])(rollout_keys)
+        return draws[:, :, columns]
 
     return HostPrograms(
         learner_init=jax.jit(seeds(parts.learner_init)), actor_init=jax.jit(seeds(parts.actor_init)),
+        next_round=jax.jit(next_round_keys), round_uniforms=jax.jit(round_uniforms),
         first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=1),
         insert=jax.jit(seeds(with_device_axis(parts.insert)), donate_argnums=0),
-        learn=jax.jit(learn, donate_argnums=0),
+        learn=jax.jit(seeds(with_device_axis(parts.learn)), donate_argnums=0),
         snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
         greedy=greedy_program(algorithm))
 
@@ -143,15 +164,13 @@ class Actor:
     """One thread's share of the envs: columns `columns` of every seed, stepped as one host vector env."""
 
     def __init__(self, index: int, env: Any, programs: HostPrograms, parts: ActorLearner, num_seeds: int,
-                 columns: np.ndarray, env_seed: int, key: jax.Array, timeout_s: float):
+                 columns: np.ndarray, env_seed: int, round_keys: jax.Array, timeout_s: float):
         self.programs, self.parts, self.columns = programs, parts, columns
         self.num_seeds, self.width = num_seeds, len(columns)
         self.envs = env.vector_env(num_seeds * self.width, timeout_s)
-        self.key = jax.random.fold_in(key, index)
+        self.round_keys = round_keys  # every thread walks the same chain of round keys as the learner
         self.obs = self.shaped(self.envs.reset(seed=env_seed))
         self.windows = programs.actor_init(self.obs)
-        self.vector_steps = 0
-        self.actions: Optional[jax.Array] = None
         self.meter = Meter()
         self.finished = [[] for _ in range(num_seeds)]  # returns of the episodes that ended, per seed
         self.staleness: list[int] = []
@@ -164,12 +183,14 @@ class Actor:
         """`block_steps` vector steps from a seed's `env_steps`: items and priorities [S, T, n, ...].
         `parameters()` gives the (params, version) to act with, asked again after every step."""
         params, version = parameters()
-        if self.actions is None:
-            self.actions = self.programs.first_actions(params, self.obs, self.columns, np.int32(env_steps), self.key, 0)
+        self.round_keys, rollout_keys, _ = self.programs.next_round(self.round_keys)
+        uniforms = self.programs.round_uniforms(rollout_keys, self.columns)
+        next_actions = self.programs.first_actions(params, self.obs, self.columns, np.int32(env_steps), uniforms,
+                                                   np.int32(0))
         items, priorities = [], []
         for t in range(self.parts.block_steps):
             start = time.perf_counter()
-            actions = np.asarray(self.actions)
+            actions = np.asarray(next_actions)
             step = self.envs.step(actions.reshape(-1))
             transition = {"obs": self.obs, "action": actions, "reward": self.shaped(step.reward),
                           "terminated": self.shaped(step.terminated), "truncated": self.shaped(step.truncated),
@@ -177,10 +198,9 @@ class Actor:
                           "next_obs": self.shaped(step.obs)}
             for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
                 self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
-            self.vector_steps += 1
-            self.windows, item, priority, self.actions = self.programs.record_and_act(
+            self.windows, item, priority, next_actions = self.programs.record_and_act(
                 params, self.windows, transition, self.columns, np.int32(env_steps + (t + 1) * self.parts.num_envs),
-                self.key, np.int32(self.vector_steps))
+                uniforms, np.int32(t + 1))
             self.obs = transition["next_obs"]
             items.append(item)
             priorities.append(priority)
@@ -223,11 +243,12 @@ class HostRun:
         columns = column_order(parts.num_envs, threads)
         self.unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
         self.columns, self.timeout = columns, timeout
-        init_key, self.actor_key, learner_key = jax.random.split(jax.random.key(np.uint32(train.seed)), 3)
+        # the single program's keys: a chain of round keys, each split into the round's actor and learner keys
+        self.round_keys, network_keys = first_round_keys(train.seed, self.num_seeds)
+        self.learn_keys, self.learns_since_insert = self.round_keys, 0
         # the network's init reads the observations' shape and dtype only
         obs = np.zeros((self.num_seeds, parts.num_envs, *env.observation_shape), env.observation_dtype)
-        self.learner = self.programs.learner_init(jax.random.split(init_key, self.num_seeds), obs)
-        self.learner_keys = jax.random.split(learner_key, self.num_seeds)
+        self.learner = self.programs.learner_init(network_keys, obs)
         # the bound must hold a whole round of samples and a whole round of inserts
         error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * self.block_items)
         self.limiter = RateLimiter(self.spi, parts.learning_starts, error_buffer)
@@ -241,18 +262,19 @@ class HostRun:
 
     def checkpoint_state(self) -> dict:
         """The device state a checkpoint holds (its shapes are the restore's template)."""
-        return {"learner": self.learner, "learner_keys": self.learner_keys}
+        return {"learner": self.learner, "round_keys": self.round_keys, "learn_keys": self.learn_keys}
 
     def counters(self) -> dict:
         return {"rounds_inserted": self.rounds_inserted, "rounds_learned": self.rounds_learned,
-                "learner_updates": self.learner_updates, "inserts": self.limiter.inserts,
+                "learner_updates": self.learner_updates, "learns_since_insert": self.learns_since_insert,
+                "inserts": self.limiter.inserts,
                 "samples": self.limiter.samples}
 
     def restore(self, state: dict, counters: dict) -> None:
         """A checkpoint's learner, replay and counters; blocks that were in flight when it was taken are gone."""
-        self.learner, self.learner_keys = state["learner"], state["learner_keys"]
+        self.learner, self.round_keys, self.learn_keys = state["learner"], state["round_keys"], state["learn_keys"]
         self.rounds_inserted, self.rounds_learned = counters["rounds_inserted"], counters["rounds_learned"]
-        self.learner_updates = counters["learner_updates"]
+        self.learner_updates, self.learns_since_insert = counters["learner_updates"], counters["learns_since_insert"]
         self.limiter.inserts, self.limiter.samples = counters["inserts"], counters["samples"]
 
     def start_actors(self) -> None:
@@ -264,7 +286,7 @@ class HostRun:
             for k in range(len(self.columns)):
                 env_seed = self.train.seed * 1_000_003 + k * 10_007 + start * 101
                 self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds, self.columns[k],
-                                         env_seed, jax.random.fold_in(self.actor_key, start), self.timeout))
+                                         env_seed, self.round_keys, self.timeout))
         except BaseException:
             self.close()
             raise
@@ -279,13 +301,18 @@ class HostRun:
         priorities = None if blocks[0][1] is None else join([priorities for _, priorities in blocks])
         self.limiter.acquire_insert(self.block_items, timeout=0)
         self.learner = self.programs.insert(self.learner, items, priorities)
+        self.round_keys, _, self.learn_keys = self.programs.next_round(self.round_keys)
+        self.learns_since_insert = 0
         self.rounds_inserted += 1
 
     def learn_round(self) -> None:
         """One granted learner round; a parameter copy published when the updates cross a sync period."""
         env_steps = jnp.full(self.num_seeds, self.rounds_inserted * self.block_items, jnp.int32)
-        self.learner, self.learn_metrics = self.programs.learn(self.learner, self.learner_keys, self.rounds_learned,
-                                                               env_steps)
+        # the round's learner key (the single program's); more rounds on the same inserts fold in their count
+        keys = self.learn_keys if not self.learns_since_insert else jax.vmap(jax.random.fold_in, in_axes=(0, None))(
+            self.learn_keys, self.learns_since_insert)
+        self.learns_since_insert += 1
+        self.learner, self.learn_metrics = self.programs.learn(self.learner, keys, env_steps)
         self.rounds_learned += 1
         before, self.learner_updates = self.learner_updates, self.learner_updates + self.parts.updates_per_learn
         if self.learner_updates // self.parts.sync_period > before // self.parts.sync_period:

@@ -1,0 +1,90 @@
+"""Lockstep on the host path equals the single program: a JAX env behind a host adapter, stepped by the actor
+thread with the single program's keys, gives the learner the single program's state (float tolerance)."""
+import jax
+import numpy as np
+from conftest import compose_config
+
+from algorithms.common.exploration import rollout_draws
+from framework.config import validated
+from framework.env import EpisodeStatistics
+from framework.host_env import HostStep
+from framework.host_trainer import HostRun, first_round_keys, next_round_keys
+from framework.runtime import BoundedQueue, StopSignal
+from framework.trainer import build
+
+ROUNDS = 6
+OVERRIDES = ["algo=dqn", "env=cartpole", "num_seeds=2", "algo.num_envs=4", "algo.train_every=32",
+             "algo.batch_size=16", "algo.learning_starts=64", "algo.updates_per_train=2", "algo.buffer_size=512",
+             f"total_env_steps={32 * ROUNDS}", f"log_every={32 * ROUNDS}", f"eval_every={32 * ROUNDS}",
+             "runtime.mode=lockstep"]
+
+
+class JaxEnvOnHost:
+    """A JAX env behind the host interface, stepped with the keys the single program gives it: the reset keys of
+    its `init` and each round's env keys of `rollout_draws`."""
+
+    host = True
+
+    def __init__(self, env, env_params, seed: int, num_seeds: int, num_envs: int, steps_per_round: int):
+        self.env, self.params, self.name = EpisodeStatistics(env), env_params, env.name
+        self.observation_shape, self.num_actions = env.observation_shape, env.num_actions
+        self.observation_dtype = np.float32
+        self.seed, self.num_seeds, self.num_envs, self.steps_per_round = seed, num_seeds, num_envs, steps_per_round
+        self.reset_all = jax.jit(jax.vmap(jax.vmap(self.env.reset, in_axes=(0, None)), in_axes=(0, None)))
+        self.step_all = jax.jit(jax.vmap(jax.vmap(self.env.step, in_axes=(0, 0, 0, None)), in_axes=(0, 0, 0, None)))
+        self.env_keys = jax.jit(jax.vmap(lambda key: rollout_draws(key, steps_per_round, num_envs)[1]))
+
+    def vector_env(self, num_envs: int, timeout_s: float) -> "JaxEnvOnHost":
+        assert num_envs == self.num_seeds * self.num_envs
+        return self
+
+    def reset(self, seed: int) -> np.ndarray:
+        """The single program's init: each seed key split in three, the third reset key split over the envs."""
+        seed_keys = jax.random.split(jax.random.key(np.uint32(self.seed)))[0]
+        seed_keys = jax.random.split(seed_keys, self.num_seeds)
+        reset_keys = jax.vmap(lambda key: jax.random.split(jax.random.split(key, 3)[2], self.num_envs))(seed_keys)
+        obs, self.state = self.reset_all(reset_keys, self.params)
+        self.round_keys, _ = first_round_keys(self.seed, self.num_seeds)
+        self.t = self.steps_per_round
+        return np.asarray(obs).reshape(-1, *self.observation_shape)
+
+    def step(self, actions: np.ndarray) -> HostStep:
+        if self.t == self.steps_per_round:  # a new round: its rollout keys, as the actor part draws its own
+            self.round_keys, rollout_keys, _ = next_round_keys(self.round_keys)
+            self.keys, self.t = self.env_keys(rollout_keys), 0
+        actions = np.asarray(actions).reshape(self.num_seeds, self.num_envs)
+        obs, self.state, reward, terminated, truncated, info = self.step_all(self.keys[:, self.t], self.state,
+                                                                             actions, self.params)
+        self.t += 1
+        flat = lambda x: np.asarray(x).reshape(self.num_seeds * self.num_envs, *np.shape(x)[2:])
+        ended = flat(terminated | truncated)
+        return HostStep(obs=flat(obs), reward=flat(reward), terminated=flat(terminated), truncated=flat(truncated),
+                        final_obs=flat(info["final_observation"]), acted=np.ones(len(ended), bool),
+                        episode_return=flat(info["returned_episode_return"]),
+                        episode_length=flat(info["returned_episode_length"]), ended=ended)
+
+    def close(self) -> None:
+        pass
+
+
+def test_lockstep_on_the_host_equals_the_single_program():
+    train = validated(compose_config(*OVERRIDES))
+    env, env_params, algorithm = build(train)
+    parts = algorithm.actor_learner
+    host_env = JaxEnvOnHost(env, env_params, train.seed, train.num_seeds, parts.num_envs, parts.block_steps)
+    run = HostRun(train, host_env, algorithm)
+    run.start_actors()
+    stop = StopSignal()
+    run.run_lockstep(BoundedQueue(ROUNDS + 1), stop)
+    stop.raise_if_failed()
+    assert run.rounds_inserted == ROUNDS and run.rounds_learned == ROUNDS - 1  # the first round waits for 64 items
+
+    seed_keys = jax.random.split(jax.random.split(jax.random.key(np.uint32(train.seed)))[0], train.num_seeds)
+    state = jax.jit(jax.vmap(algorithm.init))(seed_keys)
+    update = jax.jit(jax.vmap(algorithm.update))
+    for _ in range(ROUNDS):
+        state, _ = update(state)
+    host, single = jax.device_get(run.learner), jax.device_get(state.learner)
+    for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(single), strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-5, atol=1e-6)
+    assert int(single.gradient_steps[0]) == 2 * (ROUNDS - 1)  # the comparison covers learned rounds
