@@ -39,8 +39,7 @@ from framework.plots import plot_learning_curve
 from framework.policy import save_policies
 from framework.progress import ProgressBar, print_line
 from framework.protocol import BestPolicies, EvaluationHistory, seed_results
-from framework.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
-from framework.trainer import (
+from framework.run_common import (
     StopRequest,
     format_line,
     format_outputs,
@@ -50,6 +49,7 @@ from framework.trainer import (
     open_run_dir,
     summarize,
 )
+from framework.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
 
 
 def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:

@@ -1,4 +1,5 @@
-"""The training loop: one compiled program per chunk of updates, the host only between chunks.
+"""The single-program driver: one compiled program per chunk of updates, the host only between chunks (a host
+env goes to framework/host_trainer.py's actors and learner; what both share is in framework/run_common.py).
 
     run_chunk = jit(shard_map(scan(vmap_over_seeds(algorithm.update), K)))
 
@@ -7,9 +8,6 @@ per device; see framework/parallel.py.
 """
 import gc
 import json
-import os
-import shlex
-import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework import registry
 from framework.algorithm import Algorithm, check_outputs
-from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
+from framework.checkpoint import Checkpointer
 from framework.config import TrainConfig, chunk_updates, validated
-from framework.errors import ConfigError, TrainingDiverged, check_writable_dir
+from framework.errors import TrainingDiverged, check_writable_dir
 from framework.evaluation import FINAL_EVALUATION, make_evaluate, run_keys
+from framework.host_trainer import train_host
 from framework.loggers import Loggers, make_loggers
 from framework.parallel import (
     DEVICE_AXIS,
@@ -40,8 +39,19 @@ from framework.parallel import (
 from framework.plots import plot_learning_curve
 from framework.policy import save_policies
 from framework.progress import ProgressBar, print_line
-from framework.protocol import SOLVE_RULE, BestPolicies, EvaluationHistory, seed_results
+from framework.protocol import BestPolicies, EvaluationHistory, seed_results
 from framework.resources import check_fits
+from framework.run_common import (
+    StopRequest,
+    format_line,
+    format_outputs,
+    format_result,
+    keep_first_lines,
+    learning_curve_title,
+    open_run_dir,
+    rate_name,
+    summarize,
+)
 
 
 def _on_this_device(tree: Any) -> Any:
@@ -146,25 +156,6 @@ def non_finite_seeds(metrics: dict, algorithm: Algorithm, learners: bool) -> lis
             for seed in np.flatnonzero(started & reduce(~np.isfinite(np.asarray(metrics[name]))))]
 
 
-def rate_name(counter: str) -> str:
-    """"learner/updates" -> "perf/learner_updates_per_second"."""
-    return f"perf/{counter.replace('/', '_')}_per_second"
-
-
-def format_line(record: dict, solved: Optional[str], headline_metrics: tuple[tuple[str, str], ...] = ()) -> str:
-    """One log line: env steps, speed, the evaluation across seeds, how many are solved, and the few metrics
-    the algorithm names as its headline, as (metric, label) pairs (the rest goes to metrics.jsonl)."""
-    parts = [f"{record['env_steps']:>11,} env steps", f"{record['perf/env_steps_per_second']:>10,.0f} steps/s"]
-    if "eval/return" in record:
-        per_seed = record["eval/return_per_seed"]
-        spread = f" (min {min(per_seed):.4g}, max {max(per_seed):.4g})" if len(per_seed) > 1 else ""
-        parts.append(f"eval {record['eval/return']:.4g}{spread}")
-    if solved is not None:
-        parts.append(f"solved {solved}")
-    parts += [f"{label} {record[key]:.4g}" for key, label in headline_metrics if key in record]
-    return "  ".join(parts)
-
-
 # (init, run_chunk, evaluate) on CPU: level 1 (0 for init, which runs once) builds faster than XLA's
 # default 2 and run_chunk runs as fast; XLA's older LLVM emitters build init and evaluate in half the
 # time (each fusion skips an MLIR pipeline), run_chunk keeps the newer, ~30% faster code. With XLA's
@@ -217,31 +208,6 @@ def compile_programs(algorithm: Algorithm, evaluate_one_seed: Callable, mesh: Me
         return SeededPrograms(init_build.result(), chunk_build.result(), evaluate_build.result(), final_build.result())
 
 
-def summarize(seeds: list[dict], progress: dict, compile_seconds: float, wall_seconds: float, train_cfg: TrainConfig,
-              num_devices: int, interrupted_by: Optional[str]) -> dict:
-    """summary.json: the final evaluation per seed and over seeds, the solve rule, the run's speed
-    (measured after compilation)."""
-    env_steps, train_seconds = progress["env_steps"], progress["train_seconds"]
-    num_seeds = len(seeds)
-    return {
-        "interrupted": interrupted_by is not None,  # stopped by a signal before its last chunk
-        "interrupted_by": interrupted_by,  # "SIGINT" (Ctrl-C), "SIGTERM" or null
-        "final_eval_return": float(np.mean([seed["final_eval_return"] for seed in seeds])),
-        "final_eval_episodes": train_cfg.final_eval_episodes,
-        "target_return": train_cfg.target_return,
-        "solve_window": train_cfg.solve_window,
-        "solve_rule": SOLVE_RULE,
-        "solved_seeds": sum(seed["solved_at_env_steps"] is not None for seed in seeds),
-        "seeds": seeds,
-        "env_steps": env_steps,
-        "env_steps_per_second": num_seeds * env_steps / max(train_seconds, 1e-9),
-        "env_steps_per_second_per_seed": env_steps / max(train_seconds, 1e-9),
-        "compile_seconds": compile_seconds,
-        "wall_seconds": wall_seconds,
-        "num_devices": num_devices,
-    }
-
-
 def stop_if_diverged(metrics: dict, algorithm: Algorithm, learners: bool, nan_policy: str, env_steps: int) -> None:
     """A non-finite health metric stops the run (the state is not saved: the last checkpoint stays good) or warns."""
     for name, seed in non_finite_seeds(metrics, algorithm, learners):
@@ -259,87 +225,6 @@ def chunk_record(metrics: dict, algorithm: Algorithm, env_steps: int, wall_secon
     record.update({k: float(np.mean(v)) for k, v in metrics.items()})
     record.update({rate_name(k): record[k] / train_seconds for k in algorithm.counters})
     return record
-
-
-def format_result(summary: dict) -> str:
-    """The run's last line: what it ends with, over its seeds."""
-    finals = [seed["final_eval_return"] for seed in summary["seeds"]]
-    spread = f" (min {min(finals):.4g}, max {max(finals):.4g} over {len(finals)} seeds)" if len(finals) > 1 else ""
-    solved = (f"; solved {summary['solved_seeds']}/{len(finals)} ({summary['solve_window']} evaluations in a row "
-              f">= {summary['target_return']:g})" if summary["target_return"] is not None else "")
-    return (f"final greedy return {summary['final_eval_return']:.4g}{spread} over {summary['final_eval_episodes']} "
-            f"episodes per seed{solved}")
-
-
-# what a run dir holds, the most wanted first (anything else it holds is listed after these)
-OUTPUTS_FIRST = ("summary.json", "learning_curve.png", "policies", "q_values.png", "q_table.npy", "metrics.jsonl",
-                 "config.yaml", "checkpoints")
-
-
-def shown_path(path: Path) -> str:
-    """`path` relative to the working directory when it lies under it (Hydra's outputs/...), else absolute."""
-    path = path.absolute()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def format_outputs(run_dir: Path) -> list[str]:
-    """The run's closing lines after its result: where its outputs are, what they are, how to play its policies."""
-    entries = {entry.name: entry for entry in run_dir.iterdir() if not entry.name.startswith(".")}
-    order = [name for name in OUTPUTS_FIRST if name in entries] + sorted(set(entries) - set(OUTPUTS_FIRST))
-    notes = {"summary.json": " (the result)"}
-    listed = ", ".join(name + ("/" if entries[name].is_dir() else "") + notes.get(name, "") for name in order)
-    where = shown_path(run_dir)
-    return [f"outputs in {where}: {listed}",
-            f"play the saved policies: python -m framework.evaluate {shlex.quote(where)}"]
-
-
-def learning_curve_title(algo_name: str, env: Any) -> str:
-    """"dqn on CartPole-v1": the env as built (a gymnax or MinAtar env names its id), not its config group."""
-    return f"{algo_name} on {env.name}"
-
-
-STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-
-
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM (what SLURM and Kubernetes send before stopping a job) asks the loop
-    to stop after the running chunk, with a checkpoint and a summary; `signal` names the first one."""
-
-    def __init__(self):
-        self.signal: Optional[signal.Signals] = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signal is not None
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second signal stops at once
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        self.signal = signal.Signals(signum)
-        print(f"{STOP_SIGNALS[self.signal]}: finishing this chunk, then a checkpoint and the summary "
-              f"({STOP_SIGNALS[self.signal]} again to abort)", file=sys.stderr, flush=True)
-
-    def __enter__(self) -> "StopRequest":
-        self.previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
-def keep_first_lines(path: Path, count: int) -> None:
-    """Keep the first `count` lines of a log (if it exists)."""
-    if path.exists():
-        lines = path.read_text().splitlines(keepends=True)[:count]
-        path.write_text("".join(lines))
 
 
 def use_compilation_cache(directory: Optional[str]) -> None:
@@ -408,23 +293,6 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
     return run, state
 
 
-def open_run_dir(train_cfg: TrainConfig, cfg: DictConfig, run_dir: Path) -> Optional[Checkpointer]:
-    """Check the run dir against resume, write the resolved config; the checkpointer, if the run keeps any."""
-    check_writable_dir(run_dir)
-    keeps = train_cfg.checkpoint.every or train_cfg.resume
-    checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if keeps else None
-    if train_cfg.resume and checkpointer.latest_step() is None:
-        raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint",
-                          f"none in {run_dir / CHECKPOINT_DIR}")
-    if train_cfg.resume:
-        check_resumable(run_dir, cfg)
-    if not train_cfg.resume:
-        refuse_to_overwrite(run_dir)
-    if is_writer():
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return checkpointer
-
-
 def evaluate_periodically(run: Run, state: Any, chunk: int, env_steps: int, seconds: float,
                           history: EvaluationHistory, best: BestPolicies) -> dict:
     """One periodic evaluation: recorded in the history, new bests kept; its metrics."""
@@ -471,8 +339,6 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
     use_compilation_cache(train_cfg.compilation_cache)
     env, env_params, algorithm = build(train_cfg)
     if getattr(env, "host", False):  # stepped in Python: actors and learner apart
-        from framework.host_trainer import train_host
-
         return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
     writer = is_writer()
     checkpointer = open_run_dir(train_cfg, cfg, run_dir)
