@@ -144,9 +144,11 @@ class GymnasiumEnv(Environment):
         vector = build_vector_env(self.factory, num_envs, self.config.num_workers, AutoresetMode.SAME_STEP, timeout_s)
         return HostVectorEnv(vector, self.name)
 
-    def evaluation_env(self) -> gymnasium.Env:
-        """One env for one evaluation episode (framework.host_env.host_evaluate)."""
-        return self.factory.make()
+    def evaluation_env(self, render_mode: Optional[str] = None) -> gymnasium.Env:
+        """One env for one evaluation episode (framework.host_env.host_evaluate); `rgb_array`: one that draws."""
+        if render_mode is None:
+            return self.factory.make()
+        return dataclasses.replace(self.factory, kwargs={**self.factory.kwargs, "render_mode": render_mode}).make()
 
 
 @register_env("gymnasium", config=GymnasiumConfig, host=True)

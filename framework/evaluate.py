@@ -71,6 +71,8 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
 def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tuple[float, int]:
     """Seed 0's first episode of `play(saved, episodes, seed)` as an animated GIF; its return and length."""
     env = saved.env
+    if getattr(env, "host", False):
+        return record_host_gif(saved, seed, path)
     if not can_render(env):
         raise ConfigError("--gif", str(path), "an env with a render(state, params) method",
                           f"env={saved.meta['env']['name']} cannot draw itself")
@@ -84,6 +86,35 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
     frames = env.render_episode(episode, saved.env_params)
     write_gif(frames, path, env.render_fps)
     return float(np.asarray(rewards).sum()), steps
+
+
+def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
+    """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
+    from framework.host_env import encode_observations
+    from framework.host_trainer import evaluation_seed, greedy_program
+
+    try:
+        env = saved.env.evaluation_env(render_mode="rgb_array")
+        env.reset(seed=0)
+        env.render()
+    except Exception as error:  # the env's own drawing code (pygame for classic control) or its absence
+        raise ConfigError("--gif", str(path), f"an env that draws rgb_array frames ({saved.env.name} needs: "
+                          f"{error})", "its render failed") from None
+    greedy = greedy_program(saved.algorithm)
+    first_seed = jax.tree.map(lambda leaf: leaf[:1], saved.policies)
+    try:
+        obs, _ = env.reset(seed=evaluation_seed(seed, saved.meta["num_seeds"], -1))
+        frames, total, steps, done = [env.render()], 0.0, 0, False
+        while not done:
+            batch = encode_observations(env.observation_space, np.asarray(obs)[None])[None]
+            action = int(np.asarray(greedy(first_seed, batch))[0, 0]) + int(env.action_space.start)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            frames.append(env.render())
+            total, steps, done = total + float(reward), steps + 1, terminated or truncated
+    finally:
+        env.close()
+    write_gif(frames, path, int(env.metadata.get("render_fps") or 30))
+    return total, steps
 
 
 def write_gif(frames: list[np.ndarray], path: Path, fps: int) -> None:

@@ -9,6 +9,7 @@ from conftest import compose_config
 from test_host_env import TEST_ID
 
 from framework.errors import ConfigError, HostRunError
+from framework.evaluate import main as evaluate_main
 from framework.policy import policy_path
 from framework.trainer import train
 
@@ -36,6 +37,11 @@ def test_a_short_run_learns_evaluates_and_writes_its_results(algo, tmp_path):
     assert runtime["runtime/learner_batches_per_second"] > 0 and np.isfinite(records[-1]["train/loss"])
     assert abs(runtime["runtime/samples_per_insert"] - 2.0) <= 128 / (2048 - 256) + 1e-9
     assert all(policy_path(tmp_path, seed, which).exists() for seed in (0, 1) for which in ("final", "best"))
+    # the saved policies replay the final evaluation (same episode seeds), and the GIF is its first episode
+    replay = evaluate_main([str(tmp_path), "--episodes", "3", "--gif", str(tmp_path / "episode.gif")])
+    assert [row["mean"] for row in replay["seeds"]] == pytest.approx(
+        [seed["final_eval_return"] for seed in summary["seeds"]])
+    assert replay["gif"]["return"] == replay["seeds"][0]["returns"][0] and (tmp_path / "episode.gif").exists()
 
 
 def test_lockstep_runs_are_reproducible(tmp_path):
