@@ -18,7 +18,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from framework.env import Environment
-from framework.errors import ConfigError, check, check_positive_int
+from framework.errors import ConfigError, check, check_choice, check_positive_int
 from framework.host_env import (
     DEFAULT_TIMEOUT_S,
     EnvFactory,
@@ -46,6 +46,9 @@ class GymnasiumConfig:
     num_workers: int = 0
     # the observation is an image given as [C, H, W] (declared, never guessed): transposed to [H, W, C]
     channels_first: bool = False
+    # an env that raises: stop the run (one paragraph naming the env and the env step), or restart the envs of
+    # its actor thread (new episodes, reseeded; the n-step windows in progress dropped), counted and logged
+    on_error: str = "stop"
 
     def validate(self) -> None:
         """Types and ranges only: the id itself is checked by `check_env_id`, which imports and builds it."""
@@ -57,6 +60,7 @@ class GymnasiumConfig:
             check_positive_int("env.max_episode_steps", self.max_episode_steps)
         check_positive_int("env.num_workers", self.num_workers, minimum=0)
         check(isinstance(self.channels_first, bool), "env.channels_first", self.channels_first, "true or false")
+        check_choice("env.on_error", self.on_error, ("stop", "restart"))
 
 
 def probe_env(factory: EnvFactory, env_id: str) -> gymnasium.Env:

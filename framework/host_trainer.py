@@ -16,6 +16,7 @@ schedule decides which parameters an action used.
 """
 import dataclasses
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -160,6 +161,9 @@ class Meter:
         return self.waiting / max(self.busy + self.waiting, 1e-9)
 
 
+MAX_RESTARTS_IN_A_ROW = 3  # env.on_error=restart: envs that fail again at once are not restarted forever
+
+
 class Actor:
     """One thread's share of the envs: columns `columns` of every seed, stepped as one host vector env."""
 
@@ -167,13 +171,27 @@ class Actor:
                  columns: np.ndarray, env_seed: int, round_keys: jax.Array, timeout_s: float):
         self.programs, self.parts, self.columns = programs, parts, columns
         self.num_seeds, self.width = num_seeds, len(columns)
-        self.envs = env.vector_env(num_seeds * self.width, timeout_s)
+        self.env, self.env_seed, self.timeout_s = env, env_seed, timeout_s
+        self.restarts = 0
         self.round_keys = round_keys  # every thread walks the same chain of round keys as the learner
-        self.obs = self.shaped(self.envs.reset(seed=env_seed))
-        self.windows = programs.actor_init(self.obs)
+        self.open_envs(env_seed)
         self.meter = Meter()
         self.finished = [[] for _ in range(num_seeds)]  # returns of the episodes that ended, per seed
         self.staleness: list[int] = []
+
+    def open_envs(self, env_seed: int) -> None:
+        """This thread's envs, reset from `env_seed`, and empty n-step windows."""
+        self.envs = self.env.vector_env(self.num_seeds * self.width, self.timeout_s)
+        self.obs = self.shaped(self.envs.reset(seed=env_seed))
+        self.windows = self.programs.actor_init(self.obs)
+
+    def restart_envs(self, error: HostEnvError) -> None:
+        """env.on_error=restart: new envs (a vector env that raised is unusable), reseeded apart from every start."""
+        self.restarts += 1
+        print(f"warning: {error} Restarting this actor thread's envs (restart {self.restarts}; env.on_error=restart)",
+              file=sys.stderr, flush=True)
+        self.envs.close()
+        self.open_envs(self.env_seed + 7_777_777 * self.restarts)
 
     def shaped(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.num_seeds, self.width, *x.shape[1:])
@@ -190,8 +208,17 @@ class Actor:
         items, priorities = [], []
         for t in range(self.parts.block_steps):
             start = time.perf_counter()
-            actions = np.asarray(next_actions)
-            step = self.envs.step(actions.reshape(-1))
+            actions, step = np.asarray(next_actions), None
+            for attempt in range(MAX_RESTARTS_IN_A_ROW + 1):
+                try:
+                    step = self.envs.step(actions.reshape(-1))
+                    break
+                except HostEnvError as error:
+                    if self.env.config.on_error != "restart" or attempt == MAX_RESTARTS_IN_A_ROW:
+                        raise
+                    self.restart_envs(error)  # and the step again, from the new envs' first observations
+                    actions = np.asarray(self.programs.first_actions(params, self.obs, self.columns,
+                                                                     np.int32(env_steps), uniforms, np.int32(t)))
             transition = {"obs": self.obs, "action": actions, "reward": self.shaped(step.reward),
                           "terminated": self.shaped(step.terminated), "truncated": self.shaped(step.truncated),
                           "final_obs": self.shaped(step.final_obs), "acted": self.shaped(step.acted),
@@ -409,6 +436,7 @@ class HostRun:
             "runtime/staleness": float(np.mean(staleness)) if staleness else 0.0,
             "runtime/actor_wait_fraction": float(np.mean([actor.meter.wait_fraction() for actor in self.actors])),
             "runtime/learner_wait_fraction": self.learner_meter.wait_fraction(),
+            "runtime/env_restarts": sum(actor.restarts for actor in self.actors),
         }
 
     def recent_return(self) -> float:

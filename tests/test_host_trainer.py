@@ -78,6 +78,13 @@ def test_a_resumed_run_continues_from_its_checkpoint(tmp_path):
     assert len(json.loads((tmp_path / "summary.json").read_text())["seeds"]) == 2
 
 
+def test_env_on_error_restart_restarts_the_envs_and_finishes(tmp_path):
+    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", "+env.kwargs.fail_seed=0",
+                            "+env.kwargs.fail_step=50", "env.on_error=restart", "num_seeds=1")
+    summary = train(config, tmp_path)
+    assert summary["env_steps"] == 2048 and summary["runtime"]["runtime/env_restarts"] == 1
+
+
 @pytest.mark.parametrize("overrides, key", [
     (["algo=tabular_q"], "env"),  # its grid cells: the registry refuses the pair before the host path is reached
     (["algo=dqn", "num_devices=2"], "num_devices"),
