@@ -256,7 +256,7 @@ class Report(NamedTuple):
 
 
 class HostRun:
-    """A host run's actors, learner, limiter, queues and parameter store; `run()` trains it to the end."""
+    """A host run's actors, learner, limiter and parameter store; `run_free` or `run_lockstep` trains it."""
 
     def __init__(self, train: TrainConfig, env: Any, algorithm: Algorithm):
         self.train, self.env, self.algorithm = train, env, algorithm
@@ -345,14 +345,14 @@ class HostRun:
         if self.learner_updates // self.parts.sync_period > before // self.parts.sync_period:
             self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
 
-    def learn_granted(self, more_inserts: bool) -> None:
-        """Every round the limiter grants now; free running (no ratio) learns one round per call."""
+    def learn_granted(self, blocks_ready: Callable[[], bool]) -> None:
+        """Every round the limiter grants now; free running (no ratio), rounds until `blocks_ready()`."""
         while self.limiter.try_sample(self.parts.samples_per_learn):
             start = time.perf_counter()
             self.learn_round()
             self.learner_meter.busy += time.perf_counter() - start
             self.learner_meter.count += 1
-            if self.spi is None and more_inserts:
+            if self.spi is None and blocks_ready():
                 return
 
     def boundary_report(self, previous: int, reports: BoundedQueue, timeout: float) -> bool:
@@ -392,7 +392,9 @@ class HostRun:
                 blocks = [incoming.get(timeout=timeout) for incoming in queues]
                 self.learner_meter.waiting += time.perf_counter() - start
                 self.insert(blocks)
-                self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
+                # free running learns on until every thread's next block is in (after the last one: one round)
+                done = self.rounds_inserted == self.num_rounds
+                self.learn_granted(lambda done=done: done or all(incoming.qsize() for incoming in queues))
                 last = self.boundary_report(previous, reports, timeout)
         finally:  # normally every actor has handed over its last block; else the stop ends their waits
             for incoming in queues:
@@ -417,7 +419,7 @@ class HostRun:
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
             self.insert([actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors])
-            self.learn_granted(more_inserts=self.rounds_inserted < self.num_rounds)
+            self.learn_granted(lambda: True)
             last = self.boundary_report(previous, reports, timeout)
 
     def env_steps_per_second(self) -> float:

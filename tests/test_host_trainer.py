@@ -78,6 +78,14 @@ def test_a_resumed_run_continues_from_its_checkpoint(tmp_path):
     assert len(json.loads((tmp_path / "summary.json").read_text())["seeds"]) == 2
 
 
+def test_free_running_learns_between_blocks_and_ends(tmp_path):
+    summary = train(compose_config(*SHORT, *SMALL["dqn"], "num_seeds=1", "runtime.samples_per_insert=null"), tmp_path)
+    runtime = summary["runtime"]
+    # no ratio: the learner draws what it can between blocks, at least a round per block once it started
+    assert runtime["samples_per_insert_target"] is None and summary["env_steps"] == 2048
+    assert runtime["runtime/learner_updates"] >= 4 * (2048 - 256) // 64
+
+
 def test_env_on_error_restart_restarts_the_envs_and_finishes(tmp_path):
     config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", "+env.kwargs.fail_seed=0",
                             "+env.kwargs.fail_step=50", "env.on_error=restart", "num_seeds=1")
