@@ -340,6 +340,8 @@ class HostRun:
             self.learn_keys, self.learns_since_insert)
         self.learns_since_insert += 1
         self.learner, self.learn_metrics = self.programs.learn(self.learner, keys, env_steps)
+        # wait for the round here, not in an actor that reads its parameters: the waits are counted where they are
+        jax.block_until_ready(self.learn_metrics)
         self.rounds_learned += 1
         before, self.learner_updates = self.learner_updates, self.learner_updates + self.parts.updates_per_learn
         if self.learner_updates // self.parts.sync_period > before // self.parts.sync_period:
