@@ -2,6 +2,7 @@
 value, exit status 2), PluginError (an env or algorithm that breaks the framework's contract, exit status
 2), TrainingDiverged (a non-finite loss or Q-value, exit status 3) and HostRunError (a host env or an actor or
 learner thread failed, exit status 4)."""
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,10 @@ def check_writable_dir(path: Path, key: str = "hydra.run.dir") -> None:
     """Fail before compiling when `path` cannot be created or written (read-only, full disk)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write_probe"
-        probe.write_bytes(b"\0" * 4096)
-        probe.unlink()
+        # a probe of its own: processes checking one directory at once (a multi-process run) must not share one
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write_probe") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
     except OSError as error:
         raise ConfigError(key, str(path), "a writable directory with free space",
                           error.strerror or str(error)) from None

@@ -17,9 +17,10 @@ from jax.sharding import PartitionSpec  # noqa: E402
 from algorithms.apex import ApexConfig, learner_gradients, make_apex  # noqa: E402
 from algorithms.common.networks import QNetwork  # noqa: E402
 from envs import make  # noqa: E402
+from framework.config import TrainConfig  # noqa: E402
 from framework.evaluation import make_evaluate  # noqa: E402
 from framework.parallel import DEVICE_AXIS, make_mesh  # noqa: E402
-from framework.trainer import learner_parallel_programs  # noqa: E402
+from framework.trainer import learner_parallel_programs, use_compilation_cache  # noqa: E402
 
 SMALL = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=8,
                    learning_starts=16, learner_updates_per_iteration=2, actor_sync_period=2, target_update_period=3)
@@ -73,5 +74,6 @@ def two_devices_against_one(batch_size: int = 16) -> dict:
 
 
 if __name__ == "__main__":
+    use_compilation_cache(TrainConfig.compilation_cache)  # run.py's default cache: a later session loads, not compiles
     print(json.dumps({"devices": jax.device_count(), "two": after_updates(2), "four": after_updates(4),
                       "math": two_devices_against_one()}))

@@ -60,3 +60,45 @@ def check_like_run_py(overrides: list[str]) -> None:
     overrides = with_open_keys_added(overrides)
     check_group_choices(overrides)
     build(validated(check_composes(overrides)))
+
+
+def start_python(*args: str, module: str | None = None, script: Path | None = None, cwd: Path = ROOT,
+                 env: dict | None = None) -> subprocess.Popen:
+    """`python run.py ARGS` (or `python -m MODULE ARGS`, `python SCRIPT ARGS`) started in `cwd` with `env` added to
+    this process's environment; its stdout and stderr captured, as text."""
+    argv = ["-m", module, *args] if module else [str(script or ROOT / "run.py"), *args]
+    return subprocess.Popen([sys.executable, *argv], cwd=cwd, env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_python(*args: str, module: str | None = None, script: Path | None = None, cwd: Path = ROOT,
+               env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """start_python's command run to its end, as subprocess.run(..., capture_output=True, text=True, timeout=...)."""
+    process = start_python(*args, module=module, script=script, cwd=cwd, env=env)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def shared_dir(tmp_path_factory, name: str, make) -> Path:
+    """A directory that `make(directory)` fills once per test session, whichever pytest-xdist worker asks first
+    (a module-scoped fixture runs once per worker that runs one of its tests); a worker that asks while another
+    fills it waits. Tests read it; one that changes what it holds works on a copy."""
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's dir, shared by workers
+    directory, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            done.touch()
+    return directory

@@ -52,8 +52,8 @@ def test_different_seeds_differ(runs):
 
 def test_target_return_stops_early_and_records_when(tmp_path):
     result = run_cli("algo=tabular_q", "env=gridworld", "env.height=3", "env.width=3", "env.start=[2,2]",
-                     "total_env_steps=3000000", "eval_every=30000", "log_every=30000", "target_return=1.0",
-                     run_dir=tmp_path)
+                            "total_env_steps=3000000", "eval_every=30000", "log_every=30000", "target_return=1.0",
+                            run_dir=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     solved = summary["seeds"][0]["solved_at_env_steps"]
@@ -64,7 +64,8 @@ def test_target_return_stops_early_and_records_when(tmp_path):
 def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
     # also a used run dir: a fresh (not resumed) run starts a fresh metrics.jsonl
     (tmp_path / "metrics.jsonl").write_text('{"env_steps": 999, "from": "an earlier run"}\n')
-    result = run_cli(*TINY, "seed=0", run_dir=tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    result = run_cli(*TINY, "seed=0", run_dir=tmp_path,
+                            env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["num_devices"] == 2
     assert np.array_equal(np.load(tmp_path / "q_table.npy"), np.load(runs["first"] / "q_table.npy"))

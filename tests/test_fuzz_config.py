@@ -2,12 +2,11 @@
 message naming the key (the same checks run.py runs before compiling), never with a traceback."""
 import dataclasses
 import re
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, check_like_run_py, compose_config
+from conftest import check_like_run_py, compose_config, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,10 +106,7 @@ def test_the_named_key_is_read_from_both_kinds_of_message():
     (["algo=dqn", "env=gridworld", "algo.hidden_sizes=[]"], "algo.hidden_sizes"),
 ])
 def test_a_handful_through_run_py(overrides, key, tmp_path):
-    import subprocess
-
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides, "progress=false",
-                             f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = run_cli(*overrides, run_dir=tmp_path, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert named_key(message) == key, result.stderr
@@ -146,7 +142,9 @@ def edge_overrides(draw) -> list[str]:
 def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
     from framework.trainer import train
 
-    short = [*overrides, "total_env_steps=256", "eval_every=256", "log_every=256", "eval_episodes=1"]
+    # final_eval_episodes = eval_episodes: the final evaluation runs the periodic one's program (one compile fewer)
+    short = [*overrides, "total_env_steps=256", "eval_every=256", "log_every=256", "eval_episodes=1",
+             "final_eval_episodes=1"]
     try:
         check_like_run_py(short)
     except (ConfigError, ComposeError):

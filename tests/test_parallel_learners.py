@@ -3,25 +3,23 @@ DQN's independent seeds split over two processes."""
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import jax
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python, start_python
 
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+# the runs keep run.py's default compilation cache: a resumed cluster, or a later session, loads what one compiled
 SHORT_APEX = ("algo=apex", "env=cartpole", "algo.num_actors=2", "algo.envs_per_actor=4", "algo.learning_starts=64",
               "algo.learner_updates_per_iteration=4", "total_env_steps=2048", "eval_every=1024", "log_every=1024",
-              "eval_episodes=2", "checkpoint.every=1024", "compilation_cache=null", "progress=false")
+              "eval_episodes=2", "checkpoint.every=1024", "progress=false")
 
 
 @pytest.fixture(scope="module")
 def on_devices() -> dict:
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "apex_on_devices.py")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600, env={**os.environ, **FOUR_DEVICES})
+    result = run_python(script=ROOT / "tests" / "apex_on_devices.py", env=FOUR_DEVICES, timeout=600)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -59,10 +57,8 @@ def _restore_params(run_dir):
 def _run_cluster(run_dirs, *overrides, command=SHORT_APEX):
     """The same run.py command in two processes joined through the LIGHTSPEED_* variables."""
     cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{_free_port()}", "LIGHTSPEED_NUM_PROCESSES": "2"}
-    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *command, *overrides,
-                                   f"hydra.run.dir={run_dirs[i]}"],
-                                  cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    processes = [start_python(*command, *overrides, f"hydra.run.dir={run_dirs[i]}",
+                              env={**cluster, "LIGHTSPEED_PROCESS_ID": str(i)}) for i in range(2)]
     outputs = [process.communicate(timeout=600) for process in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
 
@@ -93,7 +89,7 @@ def test_two_processes_train_one_model_and_only_the_first_writes(tmp_path):
 
 
 SHORT_DQN = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=2048", "eval_every=2048", "log_every=2048",
-             "eval_episodes=2", "compilation_cache=null", "progress=false")
+             "eval_episodes=2", "progress=false")
 
 
 def test_two_processes_split_independent_seeds(tmp_path):
@@ -108,9 +104,9 @@ def test_two_processes_split_independent_seeds(tmp_path):
     assert not (run_dirs[1] / "summary.json").exists()
 
     one_process = tmp_path / "one_process"
-    subprocess.run([sys.executable, str(ROOT / "run.py"), *SHORT_DQN, f"hydra.run.dir={one_process}"], cwd=ROOT,
-                   check=True, capture_output=True, timeout=600,
-                   env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    result = run_python(*SHORT_DQN, f"hydra.run.dir={one_process}", timeout=600,
+                        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert result.returncode == 0, result.stderr
     alone = json.loads((one_process / "summary.json").read_text())
     assert alone["num_devices"] == 2
     assert [seed["final_eval_return"] for seed in alone["seeds"]] == returns
@@ -146,10 +142,8 @@ def test_a_cluster_on_loopback_listens_on_loopback_only(tmp_path):
     port = _free_port()
     cluster = {"LIGHTSPEED_COORDINATOR": f"127.0.0.1:{port}", "LIGHTSPEED_NUM_PROCESSES": "2"}
     command = ("algo=dqn", "num_seeds=2", "total_env_steps=1000000", "compilation_cache=null", "progress=false")
-    processes = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *command,
-                                   f"hydra.run.dir={tmp_path / str(i)}"],
-                                  cwd=ROOT, env={**os.environ, **cluster, "LIGHTSPEED_PROCESS_ID": str(i)},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    processes = [start_python(*command, f"hydra.run.dir={tmp_path / str(i)}",
+                              env={**cluster, "LIGHTSPEED_PROCESS_ID": str(i)}) for i in range(2)]
     try:
         deadline, sockets = time.time() + 120, []
         while time.time() < deadline and all(p.poll() is None for p in processes):

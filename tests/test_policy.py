@@ -1,9 +1,6 @@
 """The saved policy as a product: load_policy, `python -m framework.evaluate`, GIFs, and bad input."""
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -11,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_python
 from PIL import Image
 
 from envs import make
@@ -25,8 +22,7 @@ TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 def evaluate_cli(*args, env=None):
     """`python -m framework.evaluate ARGS` in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "framework.evaluate", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return run_python(*map(str, args), module="framework.evaluate", env={"PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def one_paragraph_error(result):
@@ -49,7 +45,7 @@ def tabular_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("tabular")
     walls = "[[1,1],[2,1],[3,1],[4,3],[4,4],[4,5],[2,7],[3,7],[4,7],[5,7]]"
     result = run_cli("algo=tabular_q", "env=gridworld", f"env.walls={walls}", "num_seeds=2", "algo.num_agents=6",
-                     "total_env_steps=600000", run_dir=run_dir)
+                            "total_env_steps=600000", run_dir=run_dir)
     assert result.returncode == 0, result.stderr
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 
@@ -227,7 +223,7 @@ def test_bad_input_to_the_evaluate_command_is_one_paragraph(dqn_run, tmp_path):
 def test_ape_x_policies_from_two_devices_act_as_the_run_evaluated_them(tmp_path):
     """Learners on two forced devices; the saved policy, played on one device, gives the run's own final returns."""
     result = run_cli("algo=apex", "env=cartpole", "num_seeds=2", "num_devices=2", "total_env_steps=20480",
-                     "eval_every=10240", "final_eval_episodes=20", run_dir=tmp_path, env=TWO_DEVICES)
+                            "eval_every=10240", "final_eval_episodes=20", run_dir=tmp_path, env=TWO_DEVICES)
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["num_devices"] == 2

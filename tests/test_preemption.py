@@ -1,14 +1,12 @@
 """SIGTERM (what SLURM and Kubernetes send before stopping a job) stops a run as Ctrl-C does: the running
 chunk finishes, a checkpoint and summary.json are written, exit status 143, and resume=true continues."""
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+from conftest import run_cli, start_python
 
 # long enough to be still training when the signal comes, small enough to resume to the end in seconds
 # (30 chunks of 2048 env steps: DQN's updates step 128 envs); no periodic checkpoints: the signal must write one
@@ -17,8 +15,7 @@ RUN = ("algo=dqn", "env=cartpole", "total_env_steps=61440", "log_every=2048", "e
 
 
 def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args, "progress=false"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    return start_python(*args, "progress=false")
 
 
 def _terminate_once_training(process: subprocess.Popen, metrics: Path) -> tuple[str, str]:

@@ -1,8 +1,8 @@
-"""Every command in the README's bash blocks runs, in order, with small step counts.
+"""Every command in the README's bash blocks runs, after any it depends on, with small step counts.
 
 The commands run in a temporary directory (so `runs/...` and `sweeps/...` land there) against
-this checkout's run.py; `total_env_steps` and the evaluation cadence are replaced by small values.
-`python -m framework.report` and `python -m framework.evaluate` run as written.
+this checkout's run.py; `total_env_steps`, the evaluation cadence and episode counts are replaced by small
+values. `python -m framework.report` and `python -m framework.evaluate` run as written.
 Installing and the test suite itself are not rerun; `wandb sync` needs a network, so for it we
 check that the path it is given exists.
 """
@@ -10,13 +10,13 @@ import glob
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python
 
-SMALL = {"total_env_steps": "2048", "eval_every": "1024", "log_every": "1024", "eval_episodes": "2"}
+# final_eval_episodes = eval_episodes: the final evaluation runs the periodic one's program (one compile fewer)
+SMALL = {"total_env_steps": "2048", "eval_every": "1024", "log_every": "1024", "eval_episodes": "2",
+         "final_eval_episodes": "2"}
 NOT_RERUN = ("pip install", "python -m pytest")
 
 
@@ -41,20 +41,54 @@ def small_run(tokens: list[str]) -> list[str]:
     return overrides[:last + 1] + added + overrides[last + 1:]
 
 
+def output_dirs(command: str) -> set[str]:
+    """The run and sweep dirs a command names (`hydra.run.dir=runs/x`, `runs/x/...`, `sweeps/x`)."""
+    return {match.group(1) for match in re.finditer(r"(?:^|[\s=])((?:runs|sweeps)/[\w.-]+)", command)}
+
+
+def command_chains(commands: list[str]) -> list[list[str]]:
+    """The commands in README order, grouped so a command that reads or resumes an earlier one's dir runs after
+    it in the same test (pytest-xdist may run separate tests on separate workers, in any order)."""
+    chains: list[list[str]] = []
+    for command in commands:
+        named = output_dirs(command)
+        earlier = next((chain for chain in chains if named & set().union(*map(output_dirs, chain))), None)
+        if earlier is None:
+            chains.append([command])
+        else:
+            earlier.append(command)
+    return chains
+
+
 COMMANDS = readme_commands()
+CHAINS = command_chains(COMMANDS)
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("readme")
+@pytest.fixture
+def workdir(tmp_path):
+    return tmp_path
 
 
 def test_the_readme_has_commands_to_run():
     assert sum("run.py" in command for command in COMMANDS) >= 10
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs(command, workdir):
+def test_a_command_that_reads_an_earlier_ones_dir_runs_after_it():
+    chains = command_chains(["python run.py hydra.run.dir=runs/a", "python run.py",
+                             "python -m framework.evaluate runs/a --gif runs/a/x.gif",
+                             "python run.py -m hydra.sweep.dir=sweeps/b", "python -m framework.report sweeps/b"])
+    assert chains == [["python run.py hydra.run.dir=runs/a", "python -m framework.evaluate runs/a --gif runs/a/x.gif"],
+                      ["python run.py"], ["python run.py -m hydra.sweep.dir=sweeps/b",
+                                          "python -m framework.report sweeps/b"]]
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=" ; ".join)
+def test_readme_commands_run(chain, workdir):
+    for command in chain:
+        run_readme_command(command, workdir)
+
+
+def run_readme_command(command: str, workdir) -> None:
     tokens = shlex.split(command)
     env = dict(os.environ)
     while "=" in tokens[0] and not tokens[0].startswith("-"):  # VAR=value prefixes
@@ -64,13 +98,12 @@ def test_readme_command_runs(command, workdir):
         assert glob.glob(str(workdir / tokens[2])), f"nothing for `{command}` to upload"
         return
     if tokens[:2] == ["python", "run.py"]:
-        args = [sys.executable, str(ROOT / "run.py"), *small_run(tokens[2:])]
+        result = run_python(*small_run(tokens[2:]), cwd=workdir, env=env, timeout=600)
     elif tokens[:3] in (["python", "-m", "framework.report"], ["python", "-m", "framework.evaluate"]):
-        args = [sys.executable, *tokens[1:]]
         env["PYTHONPATH"] = str(ROOT)
+        result = run_python(*tokens[3:], module=tokens[2], cwd=workdir, env=env, timeout=600)
     else:
         pytest.fail(f"the README runs a command this test does not know: {command}")
-    result = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
     assert "Traceback" not in result.stderr
 

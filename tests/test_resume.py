@@ -1,16 +1,14 @@
 """A run killed with SIGKILL and resumed ends bit-identical to one that was never interrupted."""
 import json
-import os
+import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from conftest import ROOT, deterministic_metrics, run_cli
+from conftest import deterministic_metrics, run_cli, shared_dir, start_python
 
 DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000",
                  "eval_every=8000", "eval_episodes=4", "checkpoint.every=4000", "checkpoint.keep=2",
@@ -19,8 +17,32 @@ DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120
 APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "num_seeds=1", "total_env_steps=122880", "log_every=4096",
                     "eval_every=8192", "eval_episodes=4", "checkpoint.every=4096", "checkpoint.keep=2",
                     "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
-RUNS = {"dqn": (DQN_TWO_SEEDS, {}),
-        "apex_two_devices": (APEX_TWO_DEVICES, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})}
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+# a million-item replay per seed makes each checkpoint big enough to be caught half-written
+DQN_BIG_REPLAY = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:], "algo.buffer_size=1000000")
+RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES),
+        "dqn_big_replay": (DQN_BIG_REPLAY, {})}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """A RUNS entry's run dir, run to its end without interruption: once per session, the reference its tests
+    compare with (they never change it: a test that resumes or damages a run works on a copy)."""
+    def run(name):
+        overrides, env = RUNS[name]
+
+        def make(run_dir):
+            result = run_cli(*overrides, run_dir=run_dir, env=env)
+            assert result.returncode == 0, result.stderr
+
+        return shared_dir(tmp_path_factory, f"resume-{name}", make)
+
+    return run
+
+
+def _copy(run_dir, to):
+    shutil.copytree(run_dir, to, symlinks=True)
+    return to
 
 
 def _saved_policies(run_dir):
@@ -42,9 +64,7 @@ def _final_state(run_dir):
 
 
 def _start(run_dir, overrides, env):
-    args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false", f"hydra.run.dir={run_dir}"]
-    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env})
+    return start_python(*overrides, "progress=false", f"hydra.run.dir={run_dir}", env=env)
 
 
 def _kill_after_first_checkpoint(run_dir, overrides, env):
@@ -55,17 +75,15 @@ def _kill_after_first_checkpoint(run_dir, overrides, env):
         if checkpoints.exists() and any(p.name.isdigit() for p in checkpoints.iterdir()):
             break
         time.sleep(0.02)
-    assert process.poll() is None, f"the run ended before it could be killed: {process.stderr.read()}"
+    assert process.poll() is None, f"the run ended before it could be killed: {process.communicate()[1]}"
     process.send_signal(signal.SIGKILL)
     process.wait()
 
 
-@pytest.mark.parametrize("name", RUNS)
-def test_sigkill_then_resume_is_bit_identical(tmp_path, name):
+@pytest.mark.parametrize("name", ["dqn", "apex_two_devices"])
+def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
     overrides, env = RUNS[name]
-    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
-    result = run_cli(*overrides, run_dir=uninterrupted, env=env)
-    assert result.returncode == 0, result.stderr
+    uninterrupted, interrupted = uninterrupted(name), tmp_path / "interrupted"
 
     _kill_after_first_checkpoint(interrupted, overrides, env)
     assert not (interrupted / "summary.json").exists()
@@ -91,22 +109,20 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     assert result.returncode == 2 and "resume" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_fresh_run_refuses_a_run_dir_holding_checkpoints(tmp_path):
-    tiny = ("algo=tabular_q", "env=gridworld", "total_env_steps=8000", "checkpoint.every=4000")
-    assert run_cli(*tiny, run_dir=tmp_path).returncode == 0
-    saved = {p: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()}
-    result = run_cli(*tiny, "seed=1", run_dir=tmp_path)  # the same command again, forgetting resume=true
+def test_a_fresh_run_refuses_a_run_dir_holding_checkpoints(tmp_path, uninterrupted):
+    run_dir = _copy(uninterrupted("dqn"), tmp_path / "run")
+    saved = {p: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").rglob("*") if p.is_file()}
+    result = run_cli(*DQN_TWO_SEEDS, "seed=1", run_dir=run_dir)  # the command again, forgetting resume=true
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "resume=False" in result.stderr and "earlier run's checkpoints" in result.stderr
     assert "hydra.run.dir" in result.stderr
-    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()} == saved
+    assert {p: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").rglob("*") if p.is_file()} == saved
 
 
-def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identically(tmp_path):
-    overrides = (*DQN_TWO_SEEDS[:-3], "checkpoint.every=0")  # no periodic checkpoints: Ctrl-C must write one
-    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
-    result = run_cli(*overrides, run_dir=uninterrupted)
-    assert result.returncode == 0, result.stderr
+def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identically(tmp_path, uninterrupted):
+    # no periodic checkpoints: Ctrl-C must write one; the reference is the same run with them (they change nothing)
+    overrides = tuple("checkpoint.every=0" if o.startswith("checkpoint.every=") else o for o in DQN_TWO_SEEDS)
+    uninterrupted, interrupted = uninterrupted("dqn"), tmp_path / "interrupted"
 
     process = _start(interrupted, overrides, {})
     deadline = time.time() + 120
@@ -126,12 +142,10 @@ def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identic
     assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
 
 
-def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
-    overrides = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:])
-    reference, damaged = tmp_path / "reference", tmp_path / "damaged"
-    for run_dir in (reference, damaged):
-        result = run_cli(*overrides, run_dir=run_dir)
-        assert result.returncode == 0, result.stderr
+def test_a_damaged_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path, uninterrupted):
+    overrides = DQN_BIG_REPLAY
+    reference = uninterrupted("dqn_big_replay")
+    damaged = _copy(reference, tmp_path / "damaged")
     newest = max((p for p in (damaged / "checkpoints").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     largest = max((p for p in (newest / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])  # a write cut short
@@ -156,8 +170,7 @@ def _checkpoint_files(run_dir):
             for p in sorted((run_dir / "checkpoints").rglob("*")) if p.is_file()}
 
 
-SMALL_DQN = {"algo": "dqn", "env": "cartpole", "total_env_steps": "4096", "checkpoint.every": "2048",
-             "eval_every": "2048", "eval_episodes": "2", "final_eval_episodes": "2"}
+DQN_SETTINGS = dict(override.split("=", 1) for override in DQN_TWO_SEEDS)
 
 
 def _overrides(settings):
@@ -169,29 +182,26 @@ CHANGES = [({"algo.hidden_sizes": "[32,32]"}, "algo.hidden_sizes=[64, 64] in the
            ({"env.max_steps": "200"}, "env.max_steps=500 in the run dir, 200 now")]
 
 
-def test_resume_with_a_changed_network_algorithm_or_env_exits_2_and_touches_no_checkpoint(tmp_path):
-    assert run_cli(*_overrides(SMALL_DQN), run_dir=tmp_path).returncode == 0
-    saved = _checkpoint_files(tmp_path)
+def test_resume_with_a_changed_network_algorithm_or_env_exits_2_and_touches_no_checkpoint(tmp_path, uninterrupted):
+    run_dir = _copy(uninterrupted("dqn"), tmp_path / "run")
+    saved = _checkpoint_files(run_dir)
     for change, named in CHANGES:
-        result = run_cli(*_overrides({**SMALL_DQN, **change}), "resume=true", run_dir=tmp_path)
+        result = run_cli(*_overrides({**DQN_SETTINGS, **change}), "resume=true", run_dir=run_dir)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert named in result.stderr and result.stderr.strip().count("\n") == 0
-        assert _checkpoint_files(tmp_path) == saved and not (tmp_path / "checkpoints_unreadable").exists()
+        assert _checkpoint_files(run_dir) == saved and not (run_dir / "checkpoints_unreadable").exists()
     # the right config still resumes
-    assert run_cli(*_overrides(SMALL_DQN), "resume=true", run_dir=tmp_path).returncode == 0
+    assert run_cli(*_overrides(DQN_SETTINGS), "resume=true", run_dir=run_dir).returncode == 0
 
 
-def test_an_intact_checkpoint_that_does_not_fit_the_devices_is_not_moved_aside(tmp_path):
+def test_an_intact_checkpoint_that_does_not_fit_the_devices_is_not_moved_aside(tmp_path, uninterrupted):
     """Learners on 2 devices, resumed on 1 (num_devices: null both times): the state's shape differs."""
-    apex = ("algo=apex", "total_env_steps=4096", "checkpoint.every=2048", "eval_every=2048", "eval_episodes=2",
-            "final_eval_episodes=2")
-    two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    assert run_cli(*apex, run_dir=tmp_path, env=two_devices).returncode == 0
-    saved = _checkpoint_files(tmp_path)
-    result = run_cli(*apex, "resume=true", run_dir=tmp_path, env={"XLA_FLAGS": ""})
+    run_dir = _copy(uninterrupted("apex_two_devices"), tmp_path / "run")
+    saved = _checkpoint_files(run_dir)
+    result = run_cli(*APEX_TWO_DEVICES, "resume=true", run_dir=run_dir, env={"XLA_FLAGS": ""})
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "is intact but does not fit this run's state" in result.stderr
-    assert _checkpoint_files(tmp_path) == saved and not (tmp_path / "checkpoints_unreadable").exists()
+    assert _checkpoint_files(run_dir) == saved and not (run_dir / "checkpoints_unreadable").exists()
 
 
 DIVERGING = ("algo=dqn", "env=cartpole", "num_seeds=2", "algo.learning_rate=1e30", "algo.learning_starts=4096",
@@ -213,12 +223,9 @@ def test_nan_policy_warn_only_logs(tmp_path):
     assert "is not finite for seed 0" in result.stderr and "(nan_policy=warn)" in result.stderr
 
 
-def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_path):
-    # a million-item replay per seed makes each checkpoint big enough to be caught half-written
-    overrides = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:], "algo.buffer_size=1000000")
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
-    result = run_cli(*overrides, run_dir=reference)
-    assert result.returncode == 0, result.stderr
+def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_path, uninterrupted):
+    overrides = DQN_BIG_REPLAY
+    reference, killed = uninterrupted("dqn_big_replay"), tmp_path / "killed"
 
     process = _start(killed, overrides, {})
     checkpoints, deadline, caught = killed / "checkpoints", time.time() + 180, None

@@ -1,15 +1,12 @@
 """Hydra multirun: failing jobs do not stop a sweep; the Optuna preset runs (with the sweep extra)."""
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import run_python
 
 
 def _multirun(sweep_dir, *overrides) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *overrides, "progress=false",
-                           "compilation_cache=null", f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return run_python("-m", *overrides, "progress=false", f"hydra.sweep.dir={sweep_dir}", timeout=600)
 
 
 def test_a_failing_multirun_job_does_not_stop_the_others(tmp_path):
