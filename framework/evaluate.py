@@ -59,7 +59,8 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
     num_seeds = saved.meta["num_seeds"]
     if getattr(saved.env, "host", False):  # a gymnasium env: the final evaluation's episode seeds
-        from framework.host_trainer import evaluation_seed, greedy_program, greedy_returns
+        from framework.host_actor import greedy_program
+        from framework.host_trainer import evaluation_seed, greedy_returns
 
         return greedy_returns(saved.env, greedy_program(saved.algorithm), saved.policies, num_seeds, episodes,
                               evaluation_seed(seed, num_seeds, -1))
@@ -90,8 +91,9 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
 
 def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
     """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
+    from framework.host_actor import greedy_program
     from framework.host_env import encode_observations
-    from framework.host_trainer import evaluation_seed, greedy_program
+    from framework.host_trainer import evaluation_seed
 
     try:
         env = saved.env.evaluation_env(render_mode="rgb_array")

@@ -7,8 +7,9 @@ from conftest import compose_config
 from algorithms.common.exploration import rollout_draws
 from framework.config import validated
 from framework.env import EpisodeStatistics
+from framework.host_actor import first_round_keys, next_round_keys
 from framework.host_env import HostStep
-from framework.host_trainer import HostRun, first_round_keys, next_round_keys
+from framework.host_trainer import HostRun
 from framework.runtime import BoundedQueue, StopSignal
 from framework.trainer import build
 
