@@ -1,6 +1,7 @@
 """Where the time of a host-env run goes (env=gymnasium, CartPole-v1): env, actor, learner, system, JAX path.
 
     python bench/bench_host.py [--algos dqn apex] [--seeds 10] [--env-steps 20000] [--diagnose] [--profile] [--side]
+                               [--whole] [--skip-sb3]
 
 For each algorithm with its defaults (algo=dqn picks conf/algo_env/dqn_gymnasium.yaml), in this process:
 
@@ -19,6 +20,11 @@ For each algorithm with its defaults (algo=dqn picks conf/algo_env/dqn_gymnasium
    call waits for the unfinished round, and that wait is counted as the actor's busy time.
 5. the JAX single program on the same algorithm, seeds and steps: `run.py env=cartpole ...`, summary.json's
    env_steps_per_second (after compilation).
+
+The CPU bound: what 4 can reach when each side needs the cores it used alone in 2 and 3 (cores / (2's cores per
+env step + 3's cores per env step at the samples per insert)). --whole adds 6: whole default runs, `run.py
+env=gymnasium` and `env=cartpole`, wall-clock from launch (evaluations included), and one stable-baselines3 seed
+(rl-zoo's DQN, bench/shared.py; --skip-sb3 leaves it out).
 
 Rates of 1-3 are the best of 3 rounds of at least a second each; 4 is one run, so its ratios to 2 and 3
 are conservative. The machine is shared: compare ratios from one run, not absolute rates across runs.
@@ -263,6 +269,41 @@ def jax_path(algo: str, seeds: int, env_steps: int, xla_flags: str = "") -> floa
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def whole_run(algo: str, env: str, seeds: int) -> dict:
+    """`run.py algo=ALGO env=ENV num_seeds=SEEDS` with its defaults (periodic and final evaluation included):
+    wall seconds from launch to exit, and its seeds' final greedy returns."""
+    run_dir = Path(tempfile.mkdtemp(prefix="bench_host_"))
+    try:
+        start = time.time()
+        subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), f"algo={algo}", f"env={env}", f"num_seeds={seeds}",
+                        "progress=false", f"hydra.run.dir={run_dir}"], cwd=REPO_ROOT, check=True, capture_output=True)
+        wall = time.time() - start
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return {"wall": wall, "finals": [seed["final_eval_return"] for seed in summary["seeds"]],
+                "env_steps": summary["env_steps"]}
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def whole_run_rows(algos: list[str], seeds: int, sb3: bool) -> list[list[str]]:
+    """Section 6: whole runs of each algorithm on the host path and the JAX path, and one stable-baselines3 seed."""
+    rows = []
+    for algo in algos:
+        for env in ("gymnasium", "cartpole"):
+            log(f"{algo}: 6. a whole run, env={env}")
+            r = whole_run(algo, env, seeds)
+            rows.append([f"lightspeed {algo}, env={env}", str(seeds), f"{r['env_steps']:,}", f"{r['wall']:.1f}",
+                         f"{min(r['finals']):.1f}", f"{sum(f >= 475 for f in r['finals'])}/{seeds}"])
+    if sb3:
+        from shared import SB3_ZOO, run_sb3
+
+        log("6. stable-baselines3, one seed")
+        r = run_sb3("CartPole-v1", 0)
+        rows.append(["stable-baselines3 rl-zoo DQN", "1", f"{SB3_ZOO['CartPole-v1'][0]:,}", f"{r['wall_seconds']:.1f}",
+                     f"{r['final_eval_return']:.1f}", f"{int(r['final_eval_return'] >= 475)}/1"])
+    return rows
+
+
 def with_xla_flags(extra: str) -> dict:
     return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {extra}".strip()}
 
@@ -271,14 +312,15 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.0%}" if b else "-"
 
 
-def system_rows(r: dict, s: dict, label: str) -> list[list[str]]:
+def system_rows(r: dict, s: dict, label: str, cpu_bound: float) -> list[list[str]]:
     """Rows of one system run `s` of the algorithm measured in `r`."""
     limit = s["system_env"] / r["seeds"] * r["samples_per_insert"] * r["updates_per_learn"] / r[
         "samples_per_learn"] if r["samples_per_insert"] else None
     return [
         ["", f"{label} ({s['system_seconds']:.0f} s)", format_rate(s["system_env"]), f"{s['system_learner']:,.0f}",
          f"env {ratio(s['system_env'], r['policy'])} of 2 (>= {ACCEPT_ENV:.0%}), learner "
-         f"{ratio(s['system_learner'], r['learner'])} of 3 (>= {ACCEPT_LEARNER:.0%})"],
+         f"{ratio(s['system_learner'], r['learner'])} of 3 (>= {ACCEPT_LEARNER:.0%}); env "
+         f"{ratio(s['system_env'], cpu_bound)} of the CPU bound"],
         ["", "   waits, limiter", "", "",
          f"actor waits {s['actor_wait']:.0%}, learner waits {s['learner_wait']:.0%}; samples/insert "
          f"{s['measured_spi']:.2f} (target {r['samples_per_insert']}), which allows "
@@ -296,6 +338,9 @@ def print_where(results: list[dict]) -> None:
         learner_env = (r["learner"] / r["updates_per_learn"] * r["samples_per_learn"] / r["samples_per_insert"]
                        * r["seeds"]) if r["samples_per_insert"] else float("inf")
         serial = 1 / (1 / r["policy"] + 1 / learner_env)
+        # what both sides together can reach when each needs the cores it used alone
+        cpu_bound = os.cpu_count() / (r["policy_process_cores"] / r["policy"]
+                                      + r["learner_process_cores"] / learner_env)
         rows += [
             [f"{r['algo']}, {r['seeds']} seeds x {r['envs_per_seed']} envs", "1. env alone (random actions)",
              format_rate(r["env"]), "", ""],
@@ -307,8 +352,13 @@ def print_where(results: list[dict]) -> None:
              f"{r['learn_ready_ms']:.0f} ms; process {r['learner_process_cores']:.2f} cores"],
             ["", "   bounds from 2 and 3", format_rate(serial), "", f"in turn (no overlap): 1 / (1/2 + 1/learner's env "
              f"rate {format_rate(learner_env)}); overlapped: {format_rate(min(r['policy'], learner_env))}"],
-            *system_rows(r, r, "4. system, free mode"),
-            *(system_rows(r, r["ready"], "4b. system, publish once computed") if "ready" in r else []),
+            ["", "   CPU bound", format_rate(cpu_bound), "",
+             f"{os.cpu_count()} cores / (2's core-s per env step + 3's per env step at its ratio): "
+             f"{os.cpu_count()} / ({r['policy_process_cores']:.2f}/{format_rate(r['policy'])} + "
+             f"{r['learner_process_cores']:.2f}/{format_rate(learner_env)}); 65% of 2 is "
+             f"{format_rate(ACCEPT_ENV * r['policy'])}"],
+            *system_rows(r, r, "4. system, free mode", cpu_bound),
+            *(system_rows(r, r["ready"], "4b. system, publish once computed", cpu_bound) if "ready" in r else []),
             ["", "5. JAX single program (env=cartpole)", format_rate(r["jax"]), "",
              f"host system (4) = {r['system_env'] / r['jax']:.1%} of it"],
         ]
@@ -368,6 +418,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile of the actor loop")
     parser.add_argument("--diagnose", action="store_true",
                         help="4b: the system again, each parameter copy published once it is computed")
+    parser.add_argument("--whole", action="store_true",
+                        help="6: whole default runs, host and JAX path, wall-clock from launch, and one SB3 seed")
+    parser.add_argument("--skip-sb3", action="store_true", help="6 without stable-baselines3")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -383,6 +436,10 @@ def main() -> None:
         result["jax"] = jax_path(algo, args.seeds, args.env_steps)
         results.append(result)
     print_where(results)
+    if args.whole:
+        print_table("Whole runs from launch (defaults; periodic evaluations and the final one included)",
+                    ["run", "seeds", "env steps per seed", "wall s", "min final", "finals >= 475"],
+                    whole_run_rows(args.algos, args.seeds, not args.skip_sb3))
     print(f"  load:    {os.getloadavg()[0]:.1f} (1-min load average at the end)")
     for r in results:
         if "profile" in r:
