@@ -67,3 +67,35 @@ def test_sigterm_stops_the_whole_sweep(tmp_path):
     assert "seed=0" in stderr.strip().splitlines()[-1]  # the job's own overrides, not the sweep's seed=0,1
     assert json.loads((tmp_path / "0" / "summary.json").read_text())["interrupted_by"] == "SIGTERM"
     assert not (tmp_path / "1").exists()  # the sweep's next job never started
+
+
+# the host path: actor threads stepping gymnasium envs in 2 worker processes, a learner thread
+HOST_RUN = ("algo=dqn", "env=gymnasium", "env.num_workers=2", "total_env_steps=40960", "log_every=2048",
+            "eval_every=8192", "eval_episodes=2", "final_eval_episodes=2", "checkpoint.every=0")
+
+
+def test_sigterm_on_the_host_path_stops_every_worker_checkpoints_and_resumes(tmp_path):
+    import psutil
+
+    process = _start(*HOST_RUN, f"hydra.run.dir={tmp_path}")
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and process.poll() is None and not (metrics.exists() and metrics.stat().st_size):
+        time.sleep(0.02)
+    workers = psutil.Process(process.pid).children(recursive=True)  # the forkserver and the env workers
+    assert workers, "the run started no env worker"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=180)
+
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr and f"resume=true hydra.run.dir={tmp_path}" in stderr.strip().splitlines()[-1]
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, f"left behind: {alive}"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["interrupted_by"] == "SIGTERM"
+    assert 0 < summary["env_steps"] < 40960 and _checkpoint_steps(tmp_path) == [summary["env_steps"]]
+
+    result = run_cli(*HOST_RUN, "resume=true", run_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["interrupted"] is False and summary["env_steps"] == 40960
