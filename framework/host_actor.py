@@ -18,7 +18,7 @@ import numpy as np
 from algorithms.common.exploration import rollout_draws
 from framework.algorithm import ActorLearner, Algorithm
 from framework.evaluation import run_keys
-from framework.host_env import HostEnvError
+from framework.host_env import HostEnvError, derived_seed
 from framework.parallel import DEVICE_AXIS
 
 
@@ -139,7 +139,7 @@ class Actor:
         print(f"warning: {error} Restarting this actor thread's envs (restart {self.restarts}; env.on_error=restart)",
               file=sys.stderr, flush=True)
         self.envs.close()
-        self.open_envs(self.env_seed + 7_777_777 * self.restarts)
+        self.open_envs(derived_seed(self.env_seed, self.restarts))
 
     def shaped(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.num_seeds, self.width, *x.shape[1:])

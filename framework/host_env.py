@@ -49,6 +49,9 @@ MINATAR_STEP_CAP, MINATAR_STEP_CAPS = 1000, {"Freeway": 2500}
 PIP_EXTRAS = {"minatar": "lightspeed[minatar]", "ale_py": "gymnasium[atari]", "Box2D": "gymnasium[box2d]",
               "mujoco": "gymnasium[mujoco]", "pygame": "gymnasium[classic-control]"}
 DEFAULT_TIMEOUT_S = 60.0
+# numpy's legacy RandomState (MinAtar's package, many users' envs) takes seeds in [0, 2**32) only
+SEED_SPACE = 2**32
+MAX_VECTOR_ENVS = 2**20  # a vector env reset with seed s seeds its env i with s + i
 START_TIMEOUT_S = 120.0  # a worker's start imports and builds its envs: a slower answer than a step's
 CLOSE_GRACE_S = 1.0  # how long close() waits for workers to close their envs before terminating them
 
@@ -62,6 +65,13 @@ class HostEnvError(RuntimeError):
         in_worker = f" (worker process {worker})" if env_index is not None and worker is not None else ""
         super().__init__(f"The host env {env_id!r} failed at {where}{in_worker}: {detail}. The env's own code "
                          "raised or stopped answering; the run's env.on_error decides whether it stops or restarts.")
+
+
+def derived_seed(*numbers: int) -> int:
+    """A host env seed hashed from non-negative `numbers` (a run's seed, a thread, an env step ...): apart for
+    different numbers, and with room below 2**32 for a vector env's s + i."""
+    state = np.random.SeedSequence(list(numbers)).generate_state(1, np.uint64)[0]
+    return int(state % (SEED_SPACE - MAX_VECTOR_ENVS))
 
 
 def describe(error: BaseException) -> str:

@@ -29,7 +29,7 @@ from framework.checkpoint import Checkpointer
 from framework.config import TrainConfig
 from framework.errors import HostRunError, check
 from framework.host_actor import Actor, Meter, column_order, first_round_keys, host_programs
-from framework.host_env import HostEnvError, host_evaluate
+from framework.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
 from framework.loggers import make_loggers
 from framework.plots import plot_learning_curve
 from framework.policy import save_policies
@@ -135,7 +135,7 @@ class HostRun:
         start = self.rounds_inserted * self.block_items
         try:
             for k in range(len(self.columns)):
-                env_seed = self.train.seed * 1_000_003 + k * 10_007 + start * 101
+                env_seed = derived_seed(self.train.seed, k, start)
                 self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds, self.columns[k],
                                          env_seed, self.round_keys, self.timeout))
         except BaseException:
@@ -291,8 +291,10 @@ EPISODES_APART = 100_000  # episode seeds of two evaluations of a run never meet
 
 
 def evaluation_seed(seed: int, num_seeds: int, evaluation: int) -> int:
-    """The first episode seed of a run's evaluation number `evaluation` (the final one: -1)."""
-    return (seed * 7919 + evaluation + 1) * num_seeds * EPISODES_APART
+    """The first episode seed of a run's evaluation number `evaluation` (the final one: -1): each evaluation of a
+    run has a block of its own, every episode seed below 2**32 (blocks wrap around after 2**32 / block)."""
+    block = num_seeds * EPISODES_APART
+    return (seed * 7919 + evaluation + 1) % max(1, SEED_SPACE // block) * block
 
 
 def failure_message(error: BaseException, env_id: str, env_steps: int) -> str:

@@ -10,6 +10,7 @@ from test_host_env import TEST_ID
 
 from framework.errors import ConfigError, HostRunError
 from framework.evaluate import main as evaluate_main
+from framework.host_env import derived_seed
 from framework.policy import policy_path
 from framework.trainer import train
 
@@ -18,6 +19,9 @@ SHORT = ["env=gymnasium", "total_env_steps=2048", "eval_every=1024", "log_every=
 SMALL = {"dqn": ["algo=dqn", "algo.batch_size=32", "algo.train_every=64", "algo.updates_per_train=4"],
          "apex": ["algo=apex", "algo.num_actors=2", "algo.envs_per_actor=2", "algo.rollout_length=16",
                   "algo.batch_size=32", "algo.learner_updates_per_iteration=4"]}
+
+
+FIRST_ENV_SEED = derived_seed(0, 0, 0)  # the first env of actor thread 0 at env step 0, run seed 0
 
 
 def timing_free(record: dict) -> dict:
@@ -57,7 +61,7 @@ def test_lockstep_runs_are_reproducible(tmp_path):
 
 def test_an_env_that_raises_stops_the_run_naming_the_env_and_leaves_no_thread(tmp_path):
     before = threading.active_count()
-    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", "+env.kwargs.fail_seed=0",
+    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", f"+env.kwargs.fail_seed={FIRST_ENV_SEED}",
                             "+env.kwargs.fail_step=50")
     with pytest.raises(HostRunError, match=rf"env step .* of {TEST_ID}.*failed at env index 0"):
         train(config, tmp_path)
@@ -87,7 +91,7 @@ def test_free_running_learns_between_blocks_and_ends(tmp_path):
 
 
 def test_env_on_error_restart_restarts_the_envs_and_finishes(tmp_path):
-    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", "+env.kwargs.fail_seed=0",
+    config = compose_config(*SHORT, *SMALL["dqn"], f"env.id={TEST_ID}", f"+env.kwargs.fail_seed={FIRST_ENV_SEED}",
                             "+env.kwargs.fail_step=50", "env.on_error=restart", "num_seeds=1")
     summary = train(config, tmp_path)
     assert summary["env_steps"] == 2048 and summary["runtime"]["runtime/env_restarts"] == 1
@@ -102,3 +106,20 @@ def test_what_the_host_path_refuses(overrides, key, tmp_path):
     with pytest.raises(ConfigError) as refused:
         train(compose_config("env=gymnasium", *overrides), tmp_path)
     assert refused.value.key == key
+
+
+def test_host_env_seeds_stay_below_2_to_the_32():
+    """numpy's legacy RandomState (MinAtar's package) refuses larger seeds: seed=4242 used to crash the first
+    evaluation of a MinAtar run. Every evaluation still gets a block of episode seeds of its own."""
+    from framework.host_env import MAX_VECTOR_ENVS, derived_seed
+    from framework.host_trainer import EPISODES_APART, evaluation_seed
+
+    for seed in (0, 4242, 8086, 2**32 - 1):
+        for num_seeds in (1, 10, 40):
+            starts = [evaluation_seed(seed, num_seeds, evaluation) for evaluation in range(-1, 100)]
+            assert all(0 <= start and start + num_seeds * EPISODES_APART <= 2**32 for start in starts)
+            assert len(set(starts)) == len(starts)
+    seeds = {derived_seed(seed, thread, step) for seed in (0, 4242, 8086) for thread in range(4)
+             for step in (0, 128, 2_000_000)}
+    assert len(seeds) == 36 and all(0 <= seed <= 2**32 - MAX_VECTOR_ENVS for seed in seeds)
+    np.random.RandomState(max(seeds) + MAX_VECTOR_ENVS - 1)  # a vector env's last env seed is still accepted
