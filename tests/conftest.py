@@ -18,11 +18,8 @@ import pytest  # noqa: E402
 def run_cli(*overrides: str, run_dir: Path | None = None, env: dict | None = None,
             timeout: int = 300) -> subprocess.CompletedProcess:
     """`python run.py OVERRIDES` in a subprocess, progress bar off, output in `run_dir`."""
-    args = [sys.executable, str(ROOT / "run.py"), *overrides, "progress=false"]
-    if run_dir is not None:
-        args.append(f"hydra.run.dir={run_dir}")
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+    run_dir_override = [] if run_dir is None else [f"hydra.run.dir={run_dir}"]
+    return run_python(*overrides, "progress=false", *run_dir_override, env=env, timeout=timeout)
 
 
 def deterministic_metrics(run_dir: Path) -> list[dict]:

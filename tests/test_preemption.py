@@ -18,12 +18,17 @@ def _start(*args: str) -> subprocess.Popen:
     return start_python(*args, "progress=false")
 
 
-def _terminate_once_training(process: subprocess.Popen, metrics: Path) -> tuple[str, str]:
-    """SIGTERM as soon as the first metrics line is written (training has started); the run's output."""
+def _wait_for_training(process: subprocess.Popen, metrics: Path) -> None:
+    """Until the first metrics line is written (training has started); the run must still be going."""
     deadline = time.time() + 180
     while time.time() < deadline and process.poll() is None and not (metrics.exists() and metrics.stat().st_size):
         time.sleep(0.02)
     assert process.poll() is None, f"the run ended before it could be terminated: {process.communicate()[1]}"
+
+
+def _terminate_once_training(process: subprocess.Popen, metrics: Path) -> tuple[str, str]:
+    """SIGTERM as soon as training has started; the run's output."""
+    _wait_for_training(process, metrics)
     process.send_signal(signal.SIGTERM)
     return process.communicate(timeout=180)
 
@@ -78,10 +83,7 @@ def test_sigterm_on_the_host_path_stops_every_worker_checkpoints_and_resumes(tmp
     import psutil
 
     process = _start(*HOST_RUN, f"hydra.run.dir={tmp_path}")
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.time() + 180
-    while time.time() < deadline and process.poll() is None and not (metrics.exists() and metrics.stat().st_size):
-        time.sleep(0.02)
+    _wait_for_training(process, tmp_path / "metrics.jsonl")
     workers = psutil.Process(process.pid).children(recursive=True)  # the forkserver and the env workers
     assert workers, "the run started no env worker"
     process.send_signal(signal.SIGTERM)

@@ -64,11 +64,6 @@ COMMANDS = readme_commands()
 CHAINS = command_chains(COMMANDS)
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    return tmp_path
-
-
 def test_the_readme_has_commands_to_run():
     assert sum("run.py" in command for command in COMMANDS) >= 10
 
@@ -83,9 +78,9 @@ def test_a_command_that_reads_an_earlier_ones_dir_runs_after_it():
 
 
 @pytest.mark.parametrize("chain", CHAINS, ids=" ; ".join)
-def test_readme_commands_run(chain, workdir):
-    for command in chain:
-        run_readme_command(command, workdir)
+def test_readme_commands_run(chain, tmp_path):
+    for command in chain:  # in a directory of their own: `runs/...` and `sweeps/...` land there
+        run_readme_command(command, tmp_path)
 
 
 def run_readme_command(command: str, workdir) -> None:
