@@ -94,10 +94,11 @@ def share_programs() -> None:
         return
     original, made = host_trainer.host_programs, {}
 
-    def shared(algorithm):
-        if id(algorithm) not in made:
-            made[id(algorithm)] = (algorithm, original(algorithm))  # the algorithm kept alive: its id stays its own
-        return made[id(algorithm)][1]
+    def shared(algorithm, columns):
+        key = (id(algorithm), columns.tobytes())
+        if key not in made:
+            made[key] = (algorithm, original(algorithm, columns))  # the algorithm kept alive: its id stays its own
+        return made[key][1]
 
     shared.shared = True
     host_trainer.host_programs = shared

@@ -39,9 +39,10 @@ class HostPrograms(NamedTuple):
     first_actions: Callable  # (params, obs [S, n, ...], columns [n], env steps, uniforms [S, T, n], t) -> [S, n]
     record_and_act: Callable  # (params, windows, step, columns, env steps, uniforms, t) -> (windows, items, prios,
     #                            actions): record a vector step, act on its next observations with uniforms[:, t]
-    insert: Callable  # (learner, items [S, T, N, ...], priorities) -> learner (donated)
+    insert: Callable  # (learner, every thread's items [S, T, n, ...], their priorities) -> learner (donated)
     learn: Callable  # (learner, keys [S], round, env steps [S]) -> (learner, metrics) (donated)
     snapshot: Callable  # learner -> a copy of the actors' parameters (the learner's next call donates its own)
+    stack: Callable  # per-step trees [S, n, ...] -> one block [S, T, n, ...]
     greedy: Callable  # (params [S, ...], obs [S, E, ...]) -> actions [S, E]
 
 
@@ -59,8 +60,10 @@ def next_round_keys(keys: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     return split[:, 0], split[:, 1], split[:, 2]
 
 
-def host_programs(algorithm: Algorithm) -> HostPrograms:
+def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
+    """The programs of a run whose actor threads own `columns` [threads, n] of every seed's envs."""
     parts = algorithm.actor_learner
+    unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
     seeds = jax.vmap
     def act(params, obs, columns, env_steps, uniforms, t):
         """Every seed's envs in `columns` act with their epsilon at `env_steps` (a seed's, all threads') and the
@@ -73,6 +76,13 @@ def host_programs(algorithm: Algorithm) -> HostPrograms:
         windows, items, priorities = seeds(parts.observe)(params, windows, step)
         return windows, items, priorities, act(params, step["next_obs"], columns, env_steps, uniforms, t)
 
+    def insert(learner, thread_items, thread_priorities):
+        """One round: every thread's block, its columns joined back into env order, into replay (one call: the
+        joins as eager ops held the learner thread's GIL ~4 ms a round)."""
+        join = lambda blocks: jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=2)[:, :, unshuffle], *blocks)
+        priorities = None if thread_priorities is None else join(thread_priorities)
+        return seeds(with_device_axis(parts.insert))(learner, join(thread_items), priorities)
+
     def round_uniforms(rollout_keys, columns):
         """The single program's draws for a round (its env keys serve JAX envs only), this thread's columns."""
         draws = jax.vmap(lambda key: rollout_draws(key, parts.block_steps, parts.num_envs)[0])(rollout_keys)
@@ -82,15 +92,11 @@ def host_programs(algorithm: Algorithm) -> HostPrograms:
         learner_init=jax.jit(seeds(parts.learner_init)), actor_init=jax.jit(seeds(parts.actor_init)),
         next_round=jax.jit(next_round_keys), round_uniforms=jax.jit(round_uniforms),
         first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=1),
-        insert=jax.jit(seeds(with_device_axis(parts.insert)), donate_argnums=0),
+        insert=jax.jit(insert, donate_argnums=0),
         learn=jax.jit(seeds(with_device_axis(parts.learn)), donate_argnums=0),
         snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
+        stack=jax.jit(lambda steps: jax.tree.map(lambda *step: jnp.stack(step, axis=1), *steps)),
         greedy=greedy_program(algorithm))
-
-
-def stack_steps(trees: list) -> Any:
-    """Per-step trees [S, n, ...] -> one block [S, T, n, ...]."""
-    return jax.tree.map(lambda *steps: jnp.stack(steps, axis=1), *trees)
 
 
 def column_order(num_envs: int, threads: int) -> np.ndarray:
@@ -184,7 +190,7 @@ class Actor:
             self.meter.busy += time.perf_counter() - start
             self.meter.count += 1
             params, version = parameters()
-        return stack_steps(items), None if priorities[0] is None else stack_steps(priorities)
+        return self.programs.stack(items), None if priorities[0] is None else self.programs.stack(priorities)
 
     def recent_returns(self) -> list[Optional[float]]:
         """Each seed's mean return over its last 10 finished episodes (None before the first)."""

@@ -557,40 +557,44 @@ def build_vector_env(factory: EnvFactory, num_envs: int, num_workers: int = 0,
 # Evaluation.
 
 
-def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarray], Any], num_episodes: int,
-                  seed: int, num_envs: int) -> np.ndarray:
-    """The undiscounted return of each of `num_episodes` greedy episodes [num_episodes] (float64).
+def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarray], Any],
+                  episode_seeds: Sequence[int], num_envs: int) -> np.ndarray:
+    """The undiscounted return of each greedy episode [len(episode_seeds)] (float64).
 
     `num_envs` episodes run at once; `act` always gets a full batch [num_envs, ...] (idle slots hold zeros,
-    so a jitted act compiles once). Episode e plays in an env of its own, reset with seed `seed + e`: its
-    result depends on nothing else (an env may keep state across resets, as MinAtar's sticky last action
+    so a jitted act compiles once). Episode e plays in an env of its own, reset with seed `episode_seeds[e]`:
+    its result depends on nothing else (an env may keep state across resets, as MinAtar's sticky last action
     does), so replaying it with the same seed reproduces it, as long as the env honours seeds.
     """
+    num_episodes = len(episode_seeds)
     slots: list[Optional[tuple[int, gymnasium.Env]]] = [None] * num_envs
     returns = np.zeros(num_episodes, np.float64)
-    next_episode, space = 0, None
-    batch = None
+    next_episode = 0
+    batch = encode = first_action = None
     try:
         while True:
             for slot in range(num_envs):
                 if slots[slot] is None and next_episode < num_episodes:
                     env = make_env()
-                    obs, _ = env.reset(seed=seed + next_episode)
-                    if batch is None:
-                        space = env.observation_space
+                    obs, _ = env.reset(seed=int(episode_seeds[next_episode]))
+                    if batch is None:  # every env has the first one's spaces (read once: wrappers make reads slow)
+                        space, first_action = env.observation_space, int(env.action_space.start)
                         batch = np.zeros((num_envs, *encoded_shape(space)), encoded_dtype(space))
-                    batch[slot] = encode_observations(space, np.asarray(obs)[None])[0]
+                        # a Box observation is written as it is (the batch casts it); a Discrete one one-hot encoded
+                        encode = (lambda obs: obs) if isinstance(space, spaces.Box) else (
+                            lambda obs, space=space: encode_observations(space, np.asarray(obs)[None])[0])
+                    batch[slot] = encode(obs)
                     slots[slot] = (next_episode, env)
                     next_episode += 1
             running = [slot for slot in range(num_envs) if slots[slot] is not None]
             if not running:
                 return returns
-            actions = np.asarray(act(batch.copy()))  # act may hold on to its input; the batch changes next
+            actions = (np.asarray(act(batch.copy())) + first_action).tolist()  # act may keep its input
             for slot in running:
                 episode, env = slots[slot]
-                obs, reward, terminated, truncated, _ = env.step(int(actions[slot]) + int(env.action_space.start))
+                obs, reward, terminated, truncated, _ = env.step(actions[slot])
                 returns[episode] += float(reward)
-                batch[slot] = encode_observations(space, np.asarray(obs)[None])[0]
+                batch[slot] = encode(obs)
                 if terminated or truncated:
                     env.close()
                     slots[slot] = None

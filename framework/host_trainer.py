@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -86,14 +86,12 @@ class HostRun:
         self.train, self.env, self.algorithm = train, env, algorithm
         self.parts = parts = algorithm.actor_learner
         self.num_seeds = train.num_seeds
-        self.programs = host_programs(algorithm)
+        self.columns = column_order(parts.num_envs, train.runtime.num_actor_threads)
+        self.programs = host_programs(algorithm, self.columns)
         self.block_items = parts.block_steps * parts.num_envs  # one seed's items of one round, all threads
         self.num_rounds = max(1, -(-train.total_env_steps // self.block_items))
         self.spi = samples_per_insert(train, parts)
-        threads, timeout = train.runtime.num_actor_threads, train.runtime.timeout_s
-        columns = column_order(parts.num_envs, threads)
-        self.unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
-        self.columns, self.timeout = columns, timeout
+        self.timeout = train.runtime.timeout_s
         # the single program's keys: a chain of round keys, each split into the round's actor and learner keys
         self.round_keys, network_keys = first_round_keys(train.seed, self.num_seeds)
         self.learn_keys, self.learns_since_insert = self.round_keys, 0
@@ -146,12 +144,10 @@ class HostRun:
     # the learner side
 
     def insert(self, blocks: list[tuple[Any, Any]]) -> None:
-        """One round: every thread's block, columns joined back into env order."""
-        join = lambda trees: jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=2)[:, :, self.unshuffle], *trees)
-        items = join([items for items, _ in blocks])
-        priorities = None if blocks[0][1] is None else join([priorities for _, priorities in blocks])
+        """One round: every thread's block (items, priorities or None) into replay."""
+        items, priorities = zip(*blocks, strict=True)
         self.limiter.acquire_insert(self.block_items, timeout=0)
-        self.learner = self.programs.insert(self.learner, items, priorities)
+        self.learner = self.programs.insert(self.learner, items, None if priorities[0] is None else priorities)
         self.round_keys, _, self.learn_keys = self.programs.next_round(self.round_keys)
         self.learns_since_insert = 0
         self.rounds_inserted += 1
@@ -277,14 +273,26 @@ class HostRun:
 
 
 def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_episodes: int,
-                   first_seed: int) -> np.ndarray:
+                   first_seed: int, seeds: Optional[Sequence[int]] = None) -> np.ndarray:
     """Every seed's `num_episodes` greedy returns [S, episodes] in envs of their own; seed s's episode e is
-    reset with `first_seed + s * num_episodes + e` (framework.evaluate replays them)."""
-    def act(obs: np.ndarray) -> np.ndarray:
-        return np.asarray(greedy(params, obs.reshape(num_seeds, num_episodes, *obs.shape[1:]))).reshape(-1)
+    reset with `first_seed + s * num_episodes + e` (framework.evaluate replays them). `seeds`: only these
+    seeds play (params [S, ...] still hold every seed's), their returns [len(seeds), episodes]."""
+    seeds = list(range(num_seeds)) if seeds is None else list(seeds)
+    if len(seeds) < num_seeds:
+        params = jax.tree.map(lambda x: x[np.array(seeds)], params)
 
-    returns = host_evaluate(env.evaluation_env, act, num_seeds * num_episodes, first_seed, num_seeds * num_episodes)
-    return returns.reshape(num_seeds, num_episodes)
+    def act(obs: np.ndarray) -> np.ndarray:
+        return np.asarray(greedy(params, obs.reshape(len(seeds), num_episodes, *obs.shape[1:]))).reshape(-1)
+
+    episode_seeds = [first_seed + s * num_episodes + e for s in seeds for e in range(num_episodes)]
+    returns = host_evaluate(env.evaluation_env, act, episode_seeds, len(episode_seeds))
+    return returns.reshape(len(seeds), num_episodes)
+
+
+def same_policy_seeds(params: Any, other: Any, num_seeds: int) -> np.ndarray:
+    """[S] bool: where a seed's parameters in `params` and `other` are equal, leaf by leaf."""
+    leaves = zip(jax.tree.leaves(jax.device_get(params)), jax.tree.leaves(other), strict=True)
+    return np.all([[np.array_equal(a[s], b[s]) for s in range(num_seeds)] for a, b in leaves], axis=0)
 
 
 EPISODES_APART = 100_000  # episode seeds of two evaluations of a run never meet below this many episodes per seed
@@ -353,9 +361,9 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     reports, stop_signal = BoundedQueue(4), StopSignal()
     summary, interrupted_by, learner, final_params = None, None, None, None
     trained_before, start = progress["train_seconds"], time.time()
-    evaluate = lambda params, episodes, evaluation: greedy_returns(
+    evaluate = lambda params, episodes, evaluation, seeds=None: greedy_returns(
         env, run.programs.greedy, params, run.num_seeds, episodes,
-        evaluation_seed(train.seed, run.num_seeds, evaluation))
+        evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
     solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
                       if train.target_return is not None else None)
     try:
@@ -407,7 +415,12 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
         if final_params is None:
             final_params = run.store.latest()[0]
         final_returns = evaluate(final_params, train.final_eval_episodes, -1)
-        best_returns = evaluate(best.policies, train.final_eval_episodes, -1)
+        # a seed whose best policy is its final one has its returns already: the same greedy policy on the same
+        # seeded episodes (host episodes are the costly part of a run's end)
+        best_returns = final_returns.copy()
+        played = np.flatnonzero(~same_policy_seeds(final_params, best.policies, run.num_seeds))
+        if len(played):
+            best_returns[played] = evaluate(best.policies, train.final_eval_episodes, -1, played)
         summary = summarize(seed_results(history, final_returns, best_returns), progress, 0.0, seconds(), train, 1,
                             interrupted_by)
         summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,

@@ -311,10 +311,10 @@ def test_host_evaluate_plays_each_episode_from_its_own_seed():
     from envs.gymnasium_env import GymnasiumConfig, evaluation_env_maker
 
     make_env = evaluation_env_maker(GymnasiumConfig(id=TEST_ID))
-    returns = host_evaluate(make_env, greedy, num_episodes=7, seed=40, num_envs=3)
+    returns = host_evaluate(make_env, greedy, episode_seeds=range(40, 47), num_envs=3)
     assert returns.shape == (7,)
     assert returns.tolist() == [hand_played_return(40 + episode) for episode in range(7)]
-    assert host_evaluate(make_env, greedy, num_episodes=1, seed=45, num_envs=2).tolist() == [returns[5]]
+    assert host_evaluate(make_env, greedy, episode_seeds=[45, 41], num_envs=2).tolist() == [returns[5], returns[1]]
 
 
 def config_error(**fields) -> ConfigError:
@@ -369,3 +369,17 @@ def test_minatar_keeps_bool_observations_and_its_step_caps():
     step = env.step(np.zeros(2, int))
     env.close()
     assert obs.dtype == np.bool_ and step.obs.dtype == np.bool_ and step.final_obs.dtype == np.bool_
+
+
+def test_greedy_returns_of_some_seeds_are_those_seeds_rows():
+    from envs.gymnasium_env import GymnasiumConfig, make_gymnasium
+    from framework.host_trainer import greedy_returns, same_policy_seeds
+
+    env, _ = make_gymnasium(GymnasiumConfig(id=TEST_ID))
+    params = {"action": np.array([2, 0, 1])}  # seed s always plays action params["action"][s]
+    policy = lambda params, obs: np.broadcast_to(params["action"][:, None], obs.shape[:2])
+    every = greedy_returns(env, policy, params, 3, 4, first_seed=10)
+    assert len({tuple(row) for row in every.tolist()}) == 3  # the seeds' returns differ
+    some = greedy_returns(env, policy, params, 3, 4, first_seed=10, seeds=[2, 1])
+    assert some.tolist() == [every[2].tolist(), every[1].tolist()]
+    assert same_policy_seeds(params, {"action": np.array([2, 1, 1])}, 3).tolist() == [True, False, True]

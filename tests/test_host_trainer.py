@@ -46,6 +46,10 @@ def test_a_short_run_learns_evaluates_and_writes_its_results(algo, tmp_path):
     assert [row["mean"] for row in replay["seeds"]] == pytest.approx(
         [seed["final_eval_return"] for seed in summary["seeds"]])
     assert replay["gif"]["return"] == replay["seeds"][0]["returns"][0] and (tmp_path / "episode.gif").exists()
+    # the best policies too, all of them played (the run reused the final returns where best was final)
+    replay = evaluate_main([str(tmp_path), "--episodes", "3", "--which", "best"])
+    assert [row["mean"] for row in replay["seeds"]] == pytest.approx(
+        [seed["best_policy_eval_return"] for seed in summary["seeds"]])
 
 
 def test_lockstep_runs_are_reproducible(tmp_path):
