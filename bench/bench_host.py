@@ -46,7 +46,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
+import numpy as np
 from shared import REPO_ROOT, format_rate, print_machine, print_table, run_to_solve
 
 ROUNDS, ROUND_SECONDS = 3, 1.0
@@ -294,6 +296,43 @@ def whole_run_rows(algos: list[str], seeds: int, sb3: bool) -> list[list[str]]:
     return rows
 
 
+# MinAtar paper (Young & Tian 2019), DQN at 5M frames (bench_envs.py's, read off its learning-curve figure); the
+# gymnax path's committed Ape-X finals (README, bench_envs.py --skip-classic: env=minatar, 2M frames, seed=0)
+MINATAR_GAMES = {"Breakout": (10.0, "17.8, 23.3"), "SpaceInvaders": (43.0, "82.8, 76.5"),
+                 "Asterix": (17.0, "9.5, 23.0"), "Freeway": (50.0, "64.0, 64.1")}
+
+
+def minatar_rows(games: list[str], seeds: int, frames: int, seed: int, gymnax: bool, out: Optional[Path]
+                 ) -> list[list[str]]:
+    """The MinAtar suite: host Ape-X on MinAtar's own package (`env=gymnasium env.id=MinAtar/<Game>-v1`, its sticky
+    actions 0.1, algo_env=apex_minatar's settings), `seeds` seeds vmapped in one run per game; with `gymnax`, the
+    gymnax path (env=minatar) rerun on the same seeds. Each game's results go to `out` as they end."""
+    rows = []
+    for game in games:
+        paper, committed = MINATAR_GAMES[game]
+        runs = {"host": ("env=gymnasium", f"env.id=MinAtar/{game}-v1")}
+        if gymnax:
+            runs["gymnax"] = ("env=minatar", f"env.id={game}-MinAtar")
+        finals = {}
+        for path, env_overrides in runs.items():
+            log(f"minatar: {game}, {path} path")
+            r = run_to_solve("algo=apex", *env_overrides, "algo_env=apex_minatar", f"num_seeds={seeds}",
+                             f"seed={seed}", f"total_env_steps={frames}", compilation_cache=DEFAULT_CACHE)
+            summary = r["summary"]
+            finals[path] = [s["final_eval_return"] for s in summary["seeds"]]
+            if out is not None:
+                (out / f"{game}_{path}.json").write_text(json.dumps({"summary": summary, "wall": r["process_seconds"]}))
+            if path == "host":
+                runtime = summary["runtime"]
+                host = [f"{np.mean(finals[path]):.1f}", " ".join(f"{f:.1f}" for f in finals[path]),
+                        f"{summary['env_steps_per_second']:,.0f}",
+                        f"{runtime['runtime/learner_batches_per_second']:,.0f}", f"{r['process_seconds']:.0f}"]
+        gymnax_finals = ", ".join(f"{f:.1f}" for f in finals["gymnax"]) + " (rerun)" if gymnax else committed
+        rows.append([game, f"{frames:,} x {seeds}", *host[:2], f"~{paper:g}",
+                     "yes" if np.mean(finals["host"]) >= paper else "no", gymnax_finals, *host[2:]])
+    return rows
+
+
 def with_xla_flags(extra: str) -> dict:
     return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {extra}".strip()}
 
@@ -411,10 +450,33 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true",
                         help="6: whole default runs, host and JAX path, wall-clock from launch, and one SB3 seed")
     parser.add_argument("--skip-sb3", action="store_true", help="6 without stable-baselines3")
+    parser.add_argument("--minatar", action="store_true",
+                        help="the MinAtar suite instead (host Ape-X on MinAtar's own package; ~1 h on 2 cores)")
+    parser.add_argument("--minatar-games", nargs="+", default=list(MINATAR_GAMES), choices=list(MINATAR_GAMES))
+    parser.add_argument("--minatar-seeds", type=int, default=3)
+    parser.add_argument("--minatar-frames", type=int, default=2_000_000)
+    parser.add_argument("--minatar-seed", type=int, default=0, help="seed base (apex_minatar was tuned at 100)")
+    parser.add_argument("--minatar-gymnax", action="store_true", help="rerun the gymnax path on the same seeds")
+    parser.add_argument("--minatar-out", type=Path, help="a folder for each game's summary as it ends")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(measure(args.worker, args.seeds, args.env_steps)), flush=True)
+        return
+    if args.minatar:
+        print_machine("lightspeed host-env benchmark: MinAtar's own package (env=gymnasium)")
+        start = time.time()
+        if args.minatar_out:
+            args.minatar_out.mkdir(parents=True, exist_ok=True)
+        rows = minatar_rows(args.minatar_games, args.minatar_seeds, args.minatar_frames, args.minatar_seed,
+                            args.minatar_gymnax, args.minatar_out)
+        print_table(f"MinAtar through its own package (MinAtar/<Game>-v1: sticky actions 0.1, minimal action set, "
+                    f"1000-step cap, Freeway 2500), host Ape-X (algo_env=apex_minatar), seed={args.minatar_seed}, "
+                    "final 100-episode greedy return",
+                    ["game", "frames", "mean final", "final per seed", "paper DQN (5M frames)", "mean >= paper",
+                     "gymnax path Ape-X (env=minatar)", "frames/s (all seeds)", "learner batches/s", "wall [s]"],
+                    rows)
+        print(f"\nbenchmark wall-clock {time.time() - start:.0f} s")
         return
 
     print_machine("lightspeed host-env benchmark (env=gymnasium)")
