@@ -21,8 +21,10 @@ class ActorLearner(NamedTuple):
     """An algorithm in two parts, for actors that step host envs (framework/host_trainer.py). Every function is
     one seed's (the driver vmaps them); the single-program `update` runs the same parts with a JAX env between.
 
-    A step, as `observe` takes it: {"obs", "action", "reward", "terminated", "truncated", "final_obs", "acted"},
-    each [num_envs, ...]; `final_obs` is the true next observation, `acted` False on an engine's reset step.
+    A step, as `observe` takes it: {"obs", "action", "reward", "terminated", "truncated", "final_obs", "acted",
+    "start", "fresh"}, each [num_envs, ...]; `final_obs` is the true next observation, `acted` False on an
+    engine's reset step, `start` where `obs` begins an episode, `fresh` where it begins the actor's stream (its
+    envs were just built: nothing stored before continues into it).
     """
 
     num_envs: int  # the envs of one seed
@@ -42,6 +44,7 @@ class ActorLearner(NamedTuple):
     actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
     learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)
     sync_period: int  # learner updates between two refreshes of the actors' parameters
+    replay_capacity: int  # transitions a seed's replay holds
 
 
 class Algorithm(NamedTuple):

@@ -92,8 +92,8 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
 def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
     """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
     from framework.host_actor import greedy_program
-    from framework.host_env import encode_observations
-    from framework.host_trainer import evaluation_seed
+    from framework.host_env import EpisodeExploration, encode_observations
+    from framework.host_trainer import evaluation_epsilon, evaluation_seed
 
     try:
         env = saved.env.evaluation_env(render_mode="rgb_array")
@@ -104,12 +104,15 @@ def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float,
                           f"{error})", "its render failed") from None
     greedy = greedy_program(saved.algorithm)
     first_seed = jax.tree.map(lambda leaf: leaf[:1], saved.policies)
+    episode_seed = evaluation_seed(seed, saved.meta["num_seeds"], -1)
+    epsilon = evaluation_epsilon(saved.env)
+    explore = EpisodeExploration(episode_seed, epsilon, int(env.action_space.n)) if epsilon else (lambda a: a)
     try:
-        obs, _ = env.reset(seed=evaluation_seed(seed, saved.meta["num_seeds"], -1))
+        obs, _ = env.reset(seed=episode_seed)
         frames, total, steps, done = [env.render()], 0.0, 0, False
         while not done:
             batch = encode_observations(env.observation_space, np.asarray(obs)[None])[None]
-            action = int(np.asarray(greedy(first_seed, batch))[0, 0]) + int(env.action_space.start)
+            action = explore(int(np.asarray(greedy(first_seed, batch))[0, 0])) + int(env.action_space.start)
             obs, reward, terminated, truncated, _ = env.step(action)
             frames.append(env.render())
             total, steps, done = total + float(reward), steps + 1, terminated or truncated

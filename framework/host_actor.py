@@ -139,6 +139,9 @@ class Actor:
         self.envs = self.env.vector_env(self.num_seeds * self.width, self.timeout_s)
         self.obs = self.shaped(self.envs.reset(seed=env_seed))
         self.windows = self.programs.actor_init(self.obs)
+        # what a frame replay needs to know of the stream: which observations begin an episode (their stack
+        # starts empty) and that this one begins a stream of its own (nothing before it continues into it)
+        self.started, self.fresh = np.ones(self.obs.shape[:2], bool), True
 
     def restart_envs(self, error: HostEnvError) -> None:
         """env.on_error=restart: new envs (a vector env that raised is unusable), reseeded apart from every start."""
@@ -177,7 +180,9 @@ class Actor:
             transition = {"obs": self.obs, "action": actions, "reward": self.shaped(step.reward),
                           "terminated": self.shaped(step.terminated), "truncated": self.shaped(step.truncated),
                           "final_obs": self.shaped(step.final_obs), "acted": self.shaped(step.acted),
+                          "start": self.started, "fresh": np.full(self.started.shape, self.fresh),
                           "next_obs": self.shaped(step.obs)}
+            self.started, self.fresh = self.shaped(step.started), False
             for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
                 self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
             self.windows, item, priority, next_actions = self.programs.record_and_act(

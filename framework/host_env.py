@@ -266,6 +266,7 @@ class HostStep:
     episode_return: np.ndarray  # [N] float32: return of the episode that ended at this step (valid where ended)
     episode_length: np.ndarray  # [N] int32, likewise
     ended: np.ndarray  # [N] bool: terminated | truncated, for acted envs
+    started: np.ndarray  # [N] bool: `obs` is an episode's first observation (a reset came before it)
 
 
 def autoreset_mode_of(vector_env: VectorEnv, name: str) -> AutoresetMode:
@@ -295,6 +296,7 @@ class HostVectorEnv:
         self._action_start = int(vector_env.single_action_space.start)
         self.num_envs = int(vector_env.num_envs)
         self.num_actions = int(vector_env.single_action_space.n)
+        self.info: dict = {}  # the engine's info of the last reset or step, for adapters that read more of it
         self.observation_shape = encoded_shape(self._observation_space)
         self.observation_dtype = encoded_dtype(self._observation_space)
         self._clear_episodes()
@@ -309,13 +311,14 @@ class HostVectorEnv:
 
     def reset(self, seed: int) -> np.ndarray:
         """Every env reset, env i seeded `seed + i`; their observations [N, ...]."""
-        obs, _ = self.env.reset(seed=int(seed))
+        obs, self.info = self.env.reset(seed=int(seed))
         self._clear_episodes()
         return self._encode(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
         actions = np.asarray(actions).astype(np.int64) + self._action_start
         obs, reward, terminated, truncated, info = self.env.step(actions)
+        self.info = info
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
         acted = ~self._resetting
         ended = (terminated | truncated) & acted
@@ -333,7 +336,9 @@ class HostVectorEnv:
         return HostStep(obs=self._encode(obs), reward=reward.astype(np.float32), terminated=terminated & acted,
                         truncated=truncated & acted, final_obs=self._encode(final), acted=acted,
                         episode_return=episode_return.astype(np.float32),
-                        episode_length=episode_length.astype(np.int32), ended=ended)
+                        episode_length=episode_length.astype(np.int32), ended=ended,
+                        # NEXT_STEP resets on the step after an end; the other modes at once
+                        started=~acted if self.autoreset_mode == AutoresetMode.NEXT_STEP else ended.copy())
 
     def close(self) -> None:
         self.env.close()
@@ -557,17 +562,34 @@ def build_vector_env(factory: EnvFactory, num_envs: int, num_workers: int = 0,
 # Evaluation.
 
 
+class EpisodeExploration:
+    """Evaluation's epsilon-greedy choice for one episode, from a generator of its own seeded by the episode's
+    seed: the episode replays the same whatever else plays beside it."""
+
+    STREAM = 7  # the generator's second seed word: apart from the env's own use of the episode seed
+
+    def __init__(self, episode_seed: int, epsilon: float, num_actions: int):
+        self.rng = np.random.default_rng([episode_seed, self.STREAM])
+        self.epsilon, self.num_actions = epsilon, num_actions
+
+    def __call__(self, greedy_action: int) -> int:
+        explore, random_action = self.rng.random(), int(self.rng.integers(self.num_actions))
+        return random_action if explore < self.epsilon else greedy_action
+
+
 def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarray], Any],
-                  episode_seeds: Sequence[int], num_envs: int) -> np.ndarray:
-    """The undiscounted return of each greedy episode [len(episode_seeds)] (float64).
+                  episode_seeds: Sequence[int], num_envs: int, epsilon: float = 0.0) -> np.ndarray:
+    """The undiscounted return of each greedy (epsilon-greedy) episode [len(episode_seeds)] (float64).
 
     `num_envs` episodes run at once; `act` always gets a full batch [num_envs, ...] (idle slots hold zeros,
     so a jitted act compiles once). Episode e plays in an env of its own, reset with seed `episode_seeds[e]`:
     its result depends on nothing else (an env may keep state across resets, as MinAtar's sticky last action
-    does), so replaying it with the same seed reproduces it, as long as the env honours seeds.
+    does; its exploration draws are its own), so replaying it with the same seed reproduces it, as long as the
+    env honours seeds.
     """
     num_episodes = len(episode_seeds)
     slots: list[Optional[tuple[int, gymnasium.Env]]] = [None] * num_envs
+    explorations: list[Optional[EpisodeExploration]] = [None] * num_envs
     returns = np.zeros(num_episodes, np.float64)
     next_episode = 0
     batch = encode = first_action = None
@@ -585,14 +607,18 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
                             lambda obs, space=space: encode_observations(space, np.asarray(obs)[None])[0])
                     batch[slot] = encode(obs)
                     slots[slot] = (next_episode, env)
+                    if epsilon > 0:
+                        explorations[slot] = EpisodeExploration(int(episode_seeds[next_episode]), epsilon,
+                                                                int(env.action_space.n))
                     next_episode += 1
             running = [slot for slot in range(num_envs) if slots[slot] is not None]
             if not running:
                 return returns
-            actions = (np.asarray(act(batch.copy())) + first_action).tolist()  # act may keep its input
+            actions = np.asarray(act(batch.copy())).tolist()  # act may keep its input
             for slot in running:
                 episode, env = slots[slot]
-                obs, reward, terminated, truncated, _ = env.step(actions[slot])
+                action = actions[slot] if epsilon == 0 else explorations[slot](actions[slot])
+                obs, reward, terminated, truncated, _ = env.step(action + first_action)
                 returns[episode] += float(reward)
                 batch[slot] = encode(obs)
                 if terminated or truncated:

@@ -35,6 +35,7 @@ from framework.plots import plot_learning_curve
 from framework.policy import save_policies
 from framework.progress import ProgressBar, print_line
 from framework.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.resources import GIB, check_fits
 from framework.run_common import (
     StopRequest,
     format_line,
@@ -82,7 +83,9 @@ class Report(NamedTuple):
 class HostRun:
     """A host run's actors, learner, limiter and parameter store; `run_free` or `run_lockstep` trains it."""
 
-    def __init__(self, train: TrainConfig, env: Any, algorithm: Algorithm):
+    def __init__(self, train: TrainConfig, env: Any, algorithm: Algorithm,
+                 fits: Optional[Callable[[Any], None]] = None):
+        """`fits(abstract learner state)`: a check that it fits in memory (and on disk), run before allocating."""
         self.train, self.env, self.algorithm = train, env, algorithm
         self.parts = parts = algorithm.actor_learner
         self.num_seeds = train.num_seeds
@@ -97,6 +100,8 @@ class HostRun:
         self.learn_keys, self.learns_since_insert = self.round_keys, 0
         # the network's init reads the observations' shape and dtype only
         obs = np.zeros((self.num_seeds, parts.num_envs, *env.observation_shape), env.observation_dtype)
+        if fits is not None:
+            fits(jax.eval_shape(self.programs.learner_init, network_keys, obs))
         self.learner = self.programs.learner_init(network_keys, obs)
         # the bound must hold a whole round of samples and a whole round of inserts
         error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * self.block_items)
@@ -285,8 +290,13 @@ def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_
         return np.asarray(greedy(params, obs.reshape(len(seeds), num_episodes, *obs.shape[1:]))).reshape(-1)
 
     episode_seeds = [first_seed + s * num_episodes + e for s in seeds for e in range(num_episodes)]
-    returns = host_evaluate(env.evaluation_env, act, episode_seeds, len(episode_seeds))
+    returns = host_evaluate(env.evaluation_env, act, episode_seeds, len(episode_seeds), evaluation_epsilon(env))
     return returns.reshape(len(seeds), num_episodes)
+
+
+def evaluation_epsilon(env: Any) -> float:
+    """The env's epsilon of evaluation (Atari's eval_epsilon: a greedy policy can stall a game); 0: greedy."""
+    return float(getattr(env, "eval_epsilon", 0.0))
 
 
 def same_policy_seeds(params: Any, other: Any, num_seeds: int) -> np.ndarray:
@@ -303,6 +313,17 @@ def evaluation_seed(seed: int, num_seeds: int, evaluation: int) -> int:
     run has a block of its own, every episode seed below 2**32 (blocks wrap around after 2**32 / block)."""
     block = num_seeds * EPISODES_APART
     return (seed * 7919 + evaluation + 1) % max(1, SEED_SPACE // block) * block
+
+
+def check_and_describe_replay(abstract_learner: Any, run_dir: Path, checkpoints_kept: int, parts: ActorLearner,
+                              num_seeds: int) -> None:
+    """The learner state fits in memory and its checkpoints on disk (else a ConfigError); a line on its replay."""
+    check_fits(abstract_learner, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
+    leaves = jax.tree_util.tree_leaves_with_path(abstract_learner)
+    replay = sum(leaf.size * leaf.dtype.itemsize for path, leaf in leaves if "replay" in jax.tree_util.keystr(path))
+    per_transition = replay / num_seeds / parts.replay_capacity
+    print_line(f"replay: {parts.replay_capacity:,} transitions per seed, {per_transition:,.0f} bytes each, "
+               f"{replay / GIB:.2f} GiB for {num_seeds} seed{'s' * (num_seeds > 1)}")
 
 
 def failure_message(error: BaseException, env_id: str, env_steps: int) -> str:
@@ -346,7 +367,9 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     from the seed and the env step: the run continues, but not bit-identically to one that never stopped."""
     check_host_run(train, algorithm.actor_learner, train.algo.name)
     checkpointer = open_run_dir(train, cfg, run_dir)
-    run = HostRun(train, env, algorithm)
+    keep = train.checkpoint.keep if train.checkpoint.every else 0
+    run = HostRun(train, env, algorithm, lambda abstract: check_and_describe_replay(
+        abstract, run_dir, keep, parts=algorithm.actor_learner, num_seeds=train.num_seeds))
     history = EvaluationHistory(run.num_seeds, train.target_return, train.solve_window)
     best = BestPolicies(jax.device_get(run.programs.snapshot(run.learner)), seed_axis=0)
     progress = {"env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0, "evaluations": 0}

@@ -94,17 +94,18 @@ def hand_stepped(mode: AutoresetMode, seed: int, actions: np.ndarray, kwargs: di
     for action in actions:
         if reset_pending:  # NEXT_STEP: this step only resets; the action is ignored
             obs, _ = env.reset()
-            rows.append({"acted": False, "obs": obs})
+            rows.append({"acted": False, "obs": obs, "started": True})
             reset_pending = False
             continue
         next_obs, reward, terminated, truncated, _ = env.step(int(action))
         row = {"acted": True, "transition": (obs, int(action), reward, terminated, truncated, next_obs)}
-        obs = next_obs
+        obs, started = next_obs, False
         if terminated or truncated:
             reset_pending = mode == AutoresetMode.NEXT_STEP
             if not reset_pending:
                 obs, _ = env.reset()
-        rows.append({**row, "obs": obs})
+                started = True
+        rows.append({**row, "obs": obs, "started": started})
     env.close()
     return rows
 
@@ -118,7 +119,7 @@ def host_transitions(reset_obs: np.ndarray, steps: list, actions: np.ndarray, in
     """The same rows read off a HostVectorEnv's steps for env `index`."""
     rows, obs = [], reset_obs[index]
     for step, step_actions in zip(steps, actions, strict=True):
-        row = {"acted": bool(step.acted[index]), "obs": step.obs[index]}
+        row = {"acted": bool(step.acted[index]), "obs": step.obs[index], "started": bool(step.started[index])}
         if step.acted[index]:
             row["transition"] = (obs, int(step_actions[index]), step.reward[index], bool(step.terminated[index]),
                                  bool(step.truncated[index]), step.final_obs[index])
@@ -132,6 +133,7 @@ def host_transitions(reset_obs: np.ndarray, steps: list, actions: np.ndarray, in
 
 def assert_same_rows(host: list[dict], reference: list[dict], encode=lambda obs: obs) -> None:
     assert [row["acted"] for row in host] == [row["acted"] for row in reference]
+    assert [row["started"] for row in host] == [row["started"] for row in reference]
     for got, want in zip(host, reference, strict=True):
         assert np.array_equal(got["obs"], encode(want["obs"]))
         if want["acted"]:

@@ -62,7 +62,7 @@ class JaxEnvOnHost:
         return HostStep(obs=flat(obs), reward=flat(reward), terminated=flat(terminated), truncated=flat(truncated),
                         final_obs=flat(info["final_observation"]), acted=np.ones(len(ended), bool),
                         episode_return=flat(info["returned_episode_return"]),
-                        episode_length=flat(info["returned_episode_length"]), ended=ended)
+                        episode_length=flat(info["returned_episode_length"]), ended=ended, started=ended)
 
     def close(self) -> None:
         pass
