@@ -19,9 +19,10 @@ from flax.training.train_state import TrainState
 from algorithms.common import actor
 from algorithms.common.exploration import actor_epsilons, rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
+from algorithms.common.nstep import NStepWindow, empty_window
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
-from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
+from algorithms.common.prioritized_replay import importance_weights
+from algorithms.common.replays import prioritized_replay
 from algorithms.common.targets import huber, td_errors
 from framework.algorithm import ActorLearner, Algorithm
 from framework.env import EpisodeStatistics
@@ -78,7 +79,7 @@ class ApexConfig:
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
     layer_norm: bool = True
-    torso: Optional[str] = None  # mlp or conv; null: conv for [H, W, C] observations, else mlp
+    torso: Optional[str] = None  # mlp, conv or nature; null: nature for [H, W, C] images >= 36x36, conv for smaller
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer
 
@@ -164,30 +165,28 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
-    replay = make_prioritized_replay(config.buffer_size, num_envs, config.batch_size, config.priority_alpha)
+    replay = prioritized_replay(env, num_envs, config.buffer_size, config.batch_size, config.n_step, config.discount,
+                                config.priority_alpha)
     optimizer = clipped_adam(config.max_grad_norm)
 
-    # the actor part: a fixed epsilon per env, n-step items with their priorities under the actor's parameters
+    # the actor part: a fixed epsilon per env, n-step items (or frame steps) with the priorities of the items their
+    # windows complete, under the actor's parameters
     act = lambda params, obs, epsilons, uniforms: actor.act(network, params, obs, epsilons, uniforms)
 
     def observe(actor_params: Any, window: NStepWindow, step: dict) -> tuple[NStepWindow, dict, jax.Array]:
         window, items = actor.record(window, step["obs"], step["action"], step["reward"], step["terminated"],
                                      step["truncated"], step["final_obs"], config.n_step, config.discount,
                                      step.get("acted"))
-        return window, items, actor_priorities(actor_params, items, network, config.double_q)
+        return window, replay.record(items, step), actor_priorities(actor_params, items, network, config.double_q)
 
     # the learner part: prioritised replay (a row per env), rounds of importance-weighted batches
     def learner_init(key: jax.Array, obs: jax.Array) -> ApexLearner:
         params = network.init(key, obs)
-        example = jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, config.n_step), config.discount))
         return ApexLearner(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params,
-                           replay.init(example), jnp.int32(0))
+                           replay.init(obs), jnp.int32(0))
 
     def insert(learner: ApexLearner, items: dict, priorities: jax.Array) -> ApexLearner:
-        # [steps, envs, ...] -> [envs, steps, ...]: each env writes its own replay row
-        by_env = lambda x: jnp.swapaxes(x, 0, 1)
-        return learner.replace(replay_state=replay.add(learner.replay_state, jax.tree.map(by_env, items),
-                                                       by_env(priorities)))
+        return learner.replace(replay_state=replay.add(learner.replay_state, items, priorities))
 
     def learner_step(carry: tuple, uniforms: jax.Array) -> tuple[tuple, dict]:
         """One prioritised batch: importance-weighted Huber loss, then new priorities |TD error|."""
@@ -294,7 +293,7 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         updates_per_learn=config.learner_updates_per_iteration,
         samples_per_learn=config.learner_updates_per_iteration * config.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.learner_updates,
-        sync_period=config.actor_sync_period)
+        sync_period=config.actor_sync_period, replay_capacity=config.buffer_size)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",

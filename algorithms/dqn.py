@@ -17,10 +17,10 @@ from flax.training.train_state import TrainState
 from algorithms.common import actor
 from algorithms.common.exploration import rollout_draws
 from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition
+from algorithms.common.nstep import NStepWindow, empty_window
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
+from algorithms.common.replays import uniform_replay
 from algorithms.common.targets import huber, squared, td_errors
-from algorithms.common.uniform_replay import make_uniform_replay
 from framework.algorithm import ActorLearner, Algorithm
 from framework.env import EpisodeStatistics
 from framework.errors import check, check_choice, check_number, check_positive_int
@@ -59,7 +59,7 @@ class DQNConfig:
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     activation: str = "relu"
     layer_norm: bool = False
-    torso: Optional[str] = None  # mlp or conv; null: conv for [H, W, C] observations, else mlp
+    torso: Optional[str] = None  # mlp, conv or nature; null: nature for [H, W, C] images >= 36x36, conv for smaller
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer
     target_update_period: int = 64  # gradient steps between hard target copies (tau = 1)
@@ -129,36 +129,33 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
     stats_env = EpisodeStatistics(env)
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
-    replay = make_uniform_replay(config.buffer_size, config.batch_size)
+    replay = uniform_replay(env, num_envs, config.buffer_size, config.batch_size, n, config.discount)
     optimizer = clipped_adam(config.max_grad_norm)
     learning_rate = lambda env_steps: decayed_learning_rate(
         config.learning_rate, config.lr_final_fraction, config.lr_decay_env_steps, env_steps)
     td_loss = LOSSES[config.loss]
 
-    # the actor part: epsilon-greedy on a linear schedule, n-step items (no actor-side priorities)
+    # the actor part: epsilon-greedy on a linear schedule, n-step items or frame steps (no actor-side priorities)
     epsilons = lambda env_steps: linear_epsilon(config, env_steps)
     act = lambda params, obs, epsilons, uniforms: actor.act(network, params, obs, epsilons, uniforms)
 
     def observe(params: Any, window: NStepWindow, step: dict) -> tuple[NStepWindow, dict, None]:
         window, item = actor.record(window, step["obs"], step["action"], step["reward"], step["terminated"],
                                     step["truncated"], step["final_obs"], n, config.discount, step.get("acted"))
-        return window, item, None
+        return window, replay.record(item, step), None
 
     # the learner part: uniform replay, rounds of `updates_per_train` double-Q batches
     def learner_init(key: jax.Array, obs: jax.Array) -> DQNLearner:
         params = network.init(key, obs)
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
-        example = jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n), config.discount))
-        return DQNLearner(train_state, params, replay.init(example), jnp.int32(0))
+        return DQNLearner(train_state, params, replay.init(obs), jnp.int32(0))
 
     def insert(learner: DQNLearner, items: dict, priorities: None) -> DQNLearner:
-        # [steps, envs, ...] -> one sequence of items for the buffer
-        items = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items)
-        return learner.replace(replay_state=replay.add(learner.replay_state, items))
+        return learner.replace(replay_state=replay.add(learner.replay_state, items, None))
 
     def gradient_step(carry: tuple, random_bits: jax.Array) -> tuple[tuple, tuple]:
         train_state, target_params, replay_state, gradient_steps, step_size = carry
-        batch = replay.sample(replay_state, random_bits)
+        batch, _, _ = replay.sample(replay_state, random_bits)
         (loss, q_mean), grads = jax.value_and_grad(dqn_loss, has_aux=True)(
             train_state.params, target_params, batch, network, config.double_q, td_loss)
         train_state = apply_gradients(train_state, grads, step_size)
@@ -205,7 +202,8 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         episode_returns = items.pop("episode_return")
         inserted = insert(state.learner, items, None)
         learned, learn_metrics = learn(inserted, sample_key, env_steps)
-        ready = replay.can_sample(inserted.replay_state) & (env_steps >= config.learning_starts)
+        # the buffer holds a batch's worth of items (one per env step) and learning may start
+        ready = (env_steps >= config.batch_size) & (env_steps >= config.learning_starts)
         learner = select_tree(ready, learned, inserted)
 
         metrics = {
@@ -232,7 +230,7 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         updates_per_learn=config.updates_per_train,
         samples_per_learn=config.updates_per_train * config.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.gradient_steps,
-        sync_period=config.actor_sync_period)
+        sync_period=config.actor_sync_period, replay_capacity=config.buffer_size)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=config.train_every,
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps",
                      headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),

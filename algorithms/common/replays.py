@@ -1,0 +1,80 @@
+"""The replay a DQN or Ape-X learner keeps, behind one interface, chosen by the env's observations.
+
+- items: the n-step transitions the actors build in their windows (algorithms/common/nstep.py), each with its
+  observation and bootstrap observation whole; every env but a frame-stacking one.
+- frames (algorithms/common/frame_replay.py): for envs whose observation is a stack of the last frames, one new
+  per step (Atari's 84x84x4, `env.frame_stack`): the actors send each step's newest frame and flags, the replay
+  keeps each frame once and rebuilds stacks and n-step returns when it samples (a stacked item pair is 56 KB,
+  a frame 7 KB). The actors still keep their windows, for Ape-X's initial priorities.
+
+Both sample the same batch dict (obs, action, n_step_return, bootstrap_obs, bootstrap_discount, valid).
+"""
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+
+from algorithms.common.frame_replay import make_frame_replay
+from algorithms.common.nstep import empty_window, oldest_transition
+from algorithms.common.prioritized_replay import make_prioritized_replay
+from algorithms.common.uniform_replay import make_uniform_replay
+
+FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "start", "fresh")
+
+
+class Replay(NamedTuple):
+    init: Callable[[jax.Array], Any]  # the actors' first observations [num_envs, ...] -> an empty replay
+    record: Callable[[dict, dict], dict]  # (the window's n-step items, the host step) -> what an actor sends
+    add: Callable[..., Any]  # (state, records [T, num_envs, ...], priorities [T, num_envs] or None) -> state
+    sample: Callable[..., tuple[dict, Any, Any]]  # (state, draws [batch]) -> (batch, indices, probabilities)
+    set_priorities: Optional[Callable[..., Any]]  # prioritized: (state, indices, raw priorities) -> state
+    frames: bool  # records are frame steps, not n-step items
+    stored_priorities: Optional[Callable[[Any], jax.Array]] = None  # prioritized items: every slot's raw priority
+
+
+def frame_step(step: dict) -> dict:
+    """A host step as a frame replay stores it: the newest frame of each observation and the step's flags."""
+    return {"frame": step["obs"][..., -1], "next_frame": step["final_obs"][..., -1],
+            **{key: step[key] for key in FRAME_STEP_KEYS}}
+
+
+def example_item(obs: jax.Array, n_step: int, discount: float) -> dict:
+    """One item's shapes and dtypes for envs whose observations are `obs` [num_envs, ...]."""
+    return jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n_step), discount))
+
+
+def uniform_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float) -> Replay:
+    """DQN's: items in one flat buffer (uniform_replay.py), or frames per env."""
+    if getattr(env, "frame_stack", None):
+        return frame_replay(env, num_envs, capacity, batch_size, n_step, discount, None)
+    replay = make_uniform_replay(capacity, batch_size)
+
+    def add(state: Any, items: dict, priorities: None) -> Any:
+        # [steps, envs, ...] -> one sequence of items for the buffer
+        return replay.add(state, jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items))
+
+    return Replay(init=lambda obs: replay.init(example_item(obs, n_step, discount)), record=lambda items, step: items,
+                  add=add, sample=lambda state, bits: (replay.sample(state, bits), None, None), set_priorities=None,
+                  frames=False)
+
+
+def prioritized_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float,
+                       priority_exponent: float) -> Replay:
+    """Ape-X's: items in a row per env (prioritized_replay.py), or frames per env, one sum tree over them."""
+    if getattr(env, "frame_stack", None):
+        return frame_replay(env, num_envs, capacity, batch_size, n_step, discount, priority_exponent)
+    replay = make_prioritized_replay(capacity, num_envs, batch_size, priority_exponent)
+    by_env = lambda x: jax.numpy.swapaxes(x, 0, 1)  # [steps, envs, ...] -> [envs, steps, ...]: a row per env
+    return Replay(init=lambda obs: replay.init(example_item(obs, n_step, discount)), record=lambda items, step: items,
+                  add=lambda state, items, priorities: replay.add(state, jax.tree.map(by_env, items),
+                                                                  by_env(priorities)),
+                  sample=replay.sample, set_priorities=replay.set_priorities, frames=False,
+                  stored_priorities=replay.stored_priorities)
+
+
+def frame_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float,
+                 priority_exponent: Optional[float]) -> Replay:
+    height, width, stack = env.observation_shape
+    replay = make_frame_replay(num_envs, capacity // num_envs, (height, width), env.observation_dtype, stack, n_step,
+                               discount, batch_size, priority_exponent)
+    return Replay(init=lambda obs: replay.init(), record=lambda items, step: frame_step(step), add=replay.add,
+                  sample=replay.sample, set_priorities=replay.set_priorities, frames=True)
