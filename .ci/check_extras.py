@@ -7,7 +7,8 @@ import tomllib
 from pathlib import Path
 
 IMPORT_NAMES = {"stable-baselines3": "stable_baselines3", "hydra-optuna-sweeper": "hydra_plugins.hydra_optuna_sweeper",
-                "tensorboardX": "tensorboardX", "lightspeed": "framework", "pytest-xdist": "xdist"}
+                "tensorboardX": "tensorboardX", "lightspeed": "framework", "pytest-xdist": "xdist",
+                "opencv-python-headless": "cv2"}
 
 
 def requirement_names(extra: str, extras: dict) -> list[str]:

@@ -1,7 +1,7 @@
 """Built-in environments; importing this package registers them."""
 from typing import Any
 
-from envs import cartpole, gridworld, gymnasium_env, gymnax_env  # noqa: F401  (registration; gymnax loads when built)
+from envs import atari_env, cartpole, gridworld, gymnasium_env, gymnax_env  # noqa: F401  (registration; gymnax, ale-py load when built)
 from framework import registry
 
 
