@@ -22,9 +22,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from framework.env import Environment
 from framework.errors import ConfigError, check, check_number, check_positive_int
-from framework.host_env import DEFAULT_TIMEOUT_S, MAX_VECTOR_ENVS, HostStep, HostVectorEnv
+from framework.host_env import DEFAULT_TIMEOUT_S, MAX_VECTOR_ENVS, HostEnvironment, HostStep, HostVectorEnv
 from framework.registry import register_env
 
 FRAME_SIZE, FRAME_STACK = 84, 4
@@ -160,34 +159,19 @@ class AtariEvaluationEnv(gymnasium.Env):
         self.engine.close()
 
 
-class AtariEnv(Environment):
-    """An Atari game as the framework sees it: the spaces an algorithm sizes itself from, the actors' vector
-    envs and evaluation's single games. Nothing of it runs in JAX (`host`)."""
+class AtariEnv(HostEnvironment):
+    """An Atari game as the framework sees it: its spaces, the actors' vector envs and evaluation's single games."""
 
-    host = True
     frame_stack = FRAME_STACK  # the observation's last axis holds the last 4 frames, one new per step
-    observation_dtype = np.dtype(np.uint8)
 
     def __init__(self, config: AtariConfig):
-        self.config, self.name = config, config.id
+        self.config, self.eval_epsilon = config, config.eval_epsilon
         probe = engine(config, 1, num_threads=1)
         try:
-            self._num_actions = int(probe.single_action_space.n)
+            super().__init__(config.id, int(probe.single_action_space.n), (FRAME_SIZE, FRAME_SIZE, FRAME_STACK),
+                             np.dtype(np.uint8))
         finally:
             probe.close()
-        self.eval_epsilon = config.eval_epsilon
-
-    @property
-    def default_params(self) -> None:
-        return None
-
-    @property
-    def num_actions(self) -> int:
-        return self._num_actions
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return (FRAME_SIZE, FRAME_SIZE, FRAME_STACK)
 
     def max_episode_steps(self, params: Any = None) -> int:
         return -(-self.config.max_episode_frames // 4)

@@ -17,11 +17,11 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from framework.env import Environment
 from framework.errors import ConfigError, check, check_choice, check_positive_int
 from framework.host_env import (
     DEFAULT_TIMEOUT_S,
     EnvFactory,
+    HostEnvironment,
     HostVectorEnv,
     build_vector_env,
     check_spaces,
@@ -111,34 +111,17 @@ def evaluation_env_maker(config: GymnasiumConfig) -> Callable[[], gymnasium.Env]
     return check_env_id(config).make
 
 
-class GymnasiumEnv(Environment):
-    """A gymnasium id as the framework sees it: the spaces an algorithm sizes itself from and the makers of its
-    host envs (framework/host_trainer.py steps them). Nothing of it runs in JAX: `reset_env` and `step_env` do
-    not exist, and `host` tells the trainer so."""
-
-    host = True
+class GymnasiumEnv(HostEnvironment):
+    """A gymnasium id as the framework sees it: its spaces and the makers of its host envs."""
 
     def __init__(self, config: GymnasiumConfig, factory: EnvFactory):
-        self.config, self.factory, self.name = config, factory, config.id
+        self.config, self.factory = config, factory
         probe = factory.make()
         try:
-            self._observation_shape = encoded_shape(probe.observation_space)
-            self.observation_dtype = encoded_dtype(probe.observation_space)
-            self._num_actions = int(probe.action_space.n)
+            super().__init__(config.id, int(probe.action_space.n), encoded_shape(probe.observation_space),
+                             encoded_dtype(probe.observation_space))
         finally:
             probe.close()
-
-    @property
-    def default_params(self) -> None:
-        return None
-
-    @property
-    def num_actions(self) -> int:
-        return self._num_actions
-
-    @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return self._observation_shape
 
     def max_episode_steps(self, params: Any = None) -> int:
         return self.factory.max_episode_steps

@@ -36,6 +36,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from framework.env import Environment
 from framework.errors import ConfigError, PluginError
 
 # gymnasium 1.x loads no plugins: these namespaces are registered by calling their package's function
@@ -249,6 +250,31 @@ def encode_observations(space: spaces.Space, raw: np.ndarray) -> np.ndarray:
     one_hot = np.zeros((len(indices), int(space.n)), np.float32)
     one_hot[np.arange(len(indices)), indices] = 1.0
     return one_hot
+
+
+class HostEnvironment(Environment):
+    """An env stepped on the host in Python (framework/host_trainer.py) as the framework sees it: the spaces an
+    algorithm sizes itself from. Nothing of it runs in JAX: `reset_env` and `step_env` do not exist, and `host`
+    tells the trainer so. Subclasses add `vector_env(num_envs, timeout_s)` for the actors and
+    `evaluation_env(render_mode)` for one evaluation episode."""
+
+    host = True
+
+    def __init__(self, name: str, num_actions: int, observation_shape: tuple[int, ...], observation_dtype: np.dtype):
+        self.name, self._num_actions = name, num_actions
+        self._observation_shape, self.observation_dtype = observation_shape, observation_dtype
+
+    @property
+    def default_params(self) -> None:
+        return None
+
+    @property
+    def num_actions(self) -> int:
+        return self._num_actions
+
+    @property
+    def observation_shape(self) -> tuple[int, ...]:
+        return self._observation_shape
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -274,6 +274,6 @@ def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_pa
     for group in ("logger", "distributed", "sweep"):
         assert f"{group}: {', '.join(group_options(group))}" in lines, group
     assert "algo: apex, dqn, rightward, tabular_q" in lines
-    assert "env: cartpole, corridor, gridworld, gymnasium, gymnax, minatar" in lines
+    assert "env: atari, cartpole, corridor, gridworld, gymnasium, gymnax, minatar" in lines
     assert "Chosen here: algo=apex env=cartpole logger=console distributed=auto." in result.stdout
     assert "--cfg job" in result.stdout and "Traceback" not in result.stderr
