@@ -71,7 +71,7 @@ class RuntimeConfig:
     # program does (Ape-X 16 x 128 / 256 = 8, DQN updates_per_train x batch_size / train_every); null: free
     samples_per_insert: Any = "auto"
     queue_blocks: int = 2  # blocks in flight per actor thread
-    timeout_s: float = 60.0  # longest wait for the other side (a block, an env step) before the run stops
+    timeout_s: float = 60.0  # longest the run may not move (no block handed over, no grant) before it stops
 
     def validate(self) -> None:
         check_choice("runtime.mode", self.mode, RUNTIME_MODES)

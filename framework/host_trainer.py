@@ -218,10 +218,11 @@ class HostRun:
                 start = time.perf_counter()
                 blocks = [incoming.get(timeout=timeout) for incoming in queues]
                 self.learner_meter.waiting += time.perf_counter() - start
-                self.insert(blocks)
-                # free running learns on until every thread's next block is in (after the last one: one round)
-                done = self.rounds_inserted == self.num_rounds
-                self.learn_granted(lambda done=done: done or all(incoming.qsize() for incoming in queues))
+                with stop.progress.busy():  # the learner's calls (their first compiles too) are the run moving
+                    self.insert(blocks)
+                    # free running learns on until every thread's next block is in (after the last one: one round)
+                    done = self.rounds_inserted == self.num_rounds
+                    self.learn_granted(lambda done=done: done or all(incoming.qsize() for incoming in queues))
                 last = self.boundary_report(previous, reports, timeout)
         finally:  # normally every actor has handed over its last block; else the stop ends their waits
             for incoming in queues:
@@ -238,15 +239,16 @@ class HostRun:
 
     def run_lockstep(self, reports: BoundedQueue, stop: StopSignal) -> None:
         """Block k acted with the parameters after learner round k-1, then its share of samples drawn."""
-        stop.register(reports)
         timeout = self.train.runtime.timeout_s
         last = False
         while not last and not stop.stopped:
             previous = self.rounds_inserted * self.block_items
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
-            self.insert([actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors])
-            self.learn_granted(lambda: True)
+            blocks = [actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors]
+            with stop.progress.busy():
+                self.insert(blocks)
+                self.learn_granted(lambda: True)
             last = self.boundary_report(previous, reports, timeout)
 
     def env_steps_per_second(self) -> float:
@@ -335,6 +337,7 @@ def failure_message(error: BaseException, env_id: str, env_steps: int) -> str:
 def start_learner(run: HostRun, reports: BoundedQueue, stop: StopSignal) -> threading.Thread:
     """The learner (and, in free mode, the actor threads it starts) on a thread of its own."""
     shape = run.run_lockstep if run.train.runtime.mode == "lockstep" else run.run_free
+    stop.register(reports)  # the driver's exit or failure ends the learner's wait to report at once
     thread = threading.Thread(target=stop.guarded("the learner", shape, reports, stop), name="learner", daemon=True)
     thread.start()
     return thread
@@ -349,7 +352,7 @@ def wait_for_report(reports: BoundedQueue, stop: StopSignal, learner: threading.
         if signalled():
             return None
         try:
-            return reports.get(timeout=0.2)
+            return reports.get(timeout=0.2, patient=False)  # back to check for a signal every 0.2 s
         except RuntimeStopped:
             stop.raise_if_failed()
             raise HostRunError("the learner stopped before its last report") from None
@@ -384,9 +387,12 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     reports, stop_signal = BoundedQueue(4), StopSignal()
     summary, interrupted_by, learner, final_params = None, None, None, None
     trained_before, start = progress["train_seconds"], time.time()
-    evaluate = lambda params, episodes, evaluation, seeds=None: greedy_returns(
-        env, run.programs.greedy, params, run.num_seeds, episodes,
-        evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
+
+    def evaluate(params: Any, episodes: int, evaluation: int, seeds: Optional[np.ndarray] = None) -> np.ndarray:
+        with stop_signal.progress.busy():  # whole games can take minutes while the learner waits to report
+            return greedy_returns(env, run.programs.greedy, params, run.num_seeds, episodes,
+                                  evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
+
     solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
                       if train.target_return is not None else None)
     try:
@@ -428,8 +434,9 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
                     if checkpointer is None:
                         checkpointer = Checkpointer(run_dir, train.checkpoint.keep)
                     state, counters = report.checkpoint
-                    checkpointer.save(report.env_steps, state, {**progress, "history": history.to_dict(),
-                                                                "counters": counters}, best.policies)
+                    with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
+                        checkpointer.save(report.env_steps, state, {**progress, "history": history.to_dict(),
+                                                                    "counters": counters}, best.policies)
                 if report.last or history.all_solved:
                     if run.stop_requested and run.rounds_inserted < run.num_rounds:
                         interrupted_by = stop.signal.name

@@ -4,11 +4,16 @@ from actors to the learner, a ParameterStore through which the learner publishes
 StopSignal that records the first error of any thread and stops everything registered with it.
 
 Every blocking call takes a timeout (None waits forever) and raises RuntimeWaitTimeout when it runs out, or
-RuntimeStopped as soon as its primitive is stopped, so no thread outlives a partner that died."""
+RuntimeStopped as soon as its primitive is stopped, so no thread outlives a partner that died. A primitive
+registered with a StopSignal shares its Progress clock: its waits run out only once the whole run has made no
+progress for the timeout, so a partner that waits on a third thread (a learner held by a long evaluation) is
+not taken for a dead one."""
+import contextlib
 import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
 
@@ -36,12 +41,44 @@ def _check_count(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r} is not allowed: an integer >= 1")
 
 
+class Progress:
+    """When a run last moved: a beat at every granted wait of its primitives, and busy phases (an evaluation, a
+    checkpoint write) during which no wait of the run runs out."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._busy = 0
+
+    def beat(self) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """A phase of known, unbounded length: the run counts as moving until it ends (which is a beat)."""
+        with self._lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._last = time.monotonic()
+
+    def quiet_for(self) -> float:
+        """Seconds since the last beat; 0 while a busy phase runs."""
+        with self._lock:
+            return 0.0 if self._busy else time.monotonic() - self._last
+
+
 class _Stoppable:
     """A condition variable plus a stop that wakes every waiter; the base of the primitives below."""
 
     def __init__(self):
         self._condition = threading.Condition()  # an RLock inside: callbacks under it may read properties
         self._stop: Optional[RuntimeStopped] = None
+        self._progress: Optional[Progress] = None  # set when registered with a StopSignal
 
     def stop(self, reason: str, cause: Optional[BaseException] = None) -> None:
         """Wake all waiters with RuntimeStopped(reason, cause); later calls raise it at once. The first reason wins."""
@@ -60,25 +97,36 @@ class _Stoppable:
             raise RuntimeStopped(self._stop.reason, self._stop.cause)
 
     def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float], describe: Callable[[float], str],
-                    record: Callable[[float], None] = lambda seconds: None) -> None:
-        """Under the lock: return once ready() holds; record(seconds waited) whatever the outcome."""
+                    record: Callable[[float], None] = lambda seconds: None, patient: bool = True) -> None:
+        """Under the lock: return once ready() holds; record(seconds waited) whatever the outcome. With a
+        Progress clock the timeout runs from the run's last progress, not from the start of this wait, unless
+        `patient` is False (a poll)."""
         _check_timeout(timeout)
         self._raise_if_stopped()
         if ready():
+            self._beat()
             return
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         try:
             while True:
                 remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0 and patient and self._progress is not None:
+                    remaining = timeout - self._progress.quiet_for()  # the run moved since: wait on
+                    deadline = time.monotonic() + remaining
                 if remaining is not None and remaining <= 0:
                     raise RuntimeWaitTimeout(describe(time.monotonic() - start))
                 self._condition.wait(remaining)
                 self._raise_if_stopped()
                 if ready():
+                    self._beat()
                     return
         finally:
             record(time.monotonic() - start)
+
+    def _beat(self) -> None:
+        if self._progress is not None:
+            self._progress.beat()
 
 
 class RateLimiter(_Stoppable):
@@ -250,11 +298,12 @@ class BoundedQueue(_Stoppable):
             self._items.append(item)
             self._condition.notify_all()
 
-    def get(self, timeout: Optional[float] = None) -> Any:
+    def get(self, timeout: Optional[float] = None, patient: bool = True) -> Any:
+        """The oldest item; `patient=False` polls: the timeout runs from this call whatever the run's progress."""
         with self._condition:
             self._wait_until(lambda: bool(self._items), timeout,
                              lambda waited: f"BoundedQueue: get waited {waited:.2f} s (timeout {timeout} s) on an "
-                             f"empty queue (maxsize {self.maxsize}); nothing put into it")
+                             f"empty queue (maxsize {self.maxsize}); nothing put into it", patient=patient)
             item = self._items.popleft()
             self._condition.notify_all()
             return item
@@ -311,14 +360,18 @@ class StopSignal:
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._primitives: list[_Stoppable] = []
+        self.progress = Progress()  # the registered primitives' shared clock
         self.reason: Optional[str] = None
         self.error: Optional[BaseException] = None
         self.where: Optional[str] = None
 
     def register(self, *primitives: _Stoppable) -> None:
-        """Stop these with the others; if the signal already fired, stop them now."""
+        """Stop these with the others, their waits timed from the run's progress; if the signal already fired,
+        stop them now."""
         with self._lock:
             self._primitives.extend(primitives)
+            for primitive in primitives:
+                primitive._progress = self.progress
             reason, error = self.reason, self.error
         if reason is not None:
             for primitive in primitives:

@@ -2,6 +2,7 @@
 end, lockstep reproducibility, an env that raises, and what the path refuses."""
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -92,6 +93,25 @@ def test_free_running_learns_between_blocks_and_ends(tmp_path):
     # no ratio: the learner draws what it can between blocks, at least a round per block once it started
     assert runtime["samples_per_insert_target"] is None and summary["env_steps"] == 2048
     assert runtime["runtime/learner_updates"] >= 4 * (2048 - 256) // 64
+
+
+def test_an_evaluation_longer_than_the_timeout_holds_the_run_without_failing_it(monkeypatch, tmp_path):
+    import framework.host_trainer as host_trainer
+
+    played, slow = [], 8.0  # seconds of the first evaluation, past runtime.timeout_s
+    def slow_first_evaluation(*args, **kwargs):  # an evaluation of whole Atari games, say
+        if not played:
+            time.sleep(slow)
+        played.append(1)
+        return greedy_returns(*args, **kwargs)
+
+    greedy_returns = host_trainer.greedy_returns
+    monkeypatch.setattr(host_trainer, "greedy_returns", slow_first_evaluation)
+    # a report every 128 env steps: more than the 4 the reports queue holds pile up behind the evaluation at
+    # 1,024, so the learner, and behind it the actors, wait on the driver for longer than the timeout
+    summary = train(compose_config(*SHORT, *SMALL["dqn"], "num_seeds=1", "log_every=128", "runtime.timeout_s=6"),
+                    tmp_path)
+    assert summary["env_steps"] == 2048 and len(played) >= 3
 
 
 def test_env_on_error_restart_restarts_the_envs_and_finishes(tmp_path):

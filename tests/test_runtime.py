@@ -281,6 +281,72 @@ def test_stop_signal_carries_the_first_error_to_every_waiter():
     assert late.stopped
 
 
+def beat_for(signal: StopSignal, seconds: float) -> tuple[threading.Thread, list[float]]:
+    """Another part of the run moving for `seconds`: a granted wait on a primitive of the same signal every
+    10 ms, started before this returns; the times of its moves."""
+    moving, moves, started = BoundedQueue(1), [], threading.Event()
+    signal.register(moving)
+
+    def move() -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            moving.put(0, timeout=1.0)
+            moving.get(timeout=1.0)
+            moves.append(time.monotonic())
+            started.set()
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=move)
+    thread.start()
+    started.wait(5.0)
+    return thread, moves
+
+
+def test_a_registered_wait_runs_out_once_the_whole_run_stops_moving():
+    signal, full = StopSignal(), BoundedQueue(1)
+    signal.register(full)
+    full.put("waiting for a taker")
+    mover, moves = beat_for(signal, 0.6)
+    start = time.monotonic()
+    with pytest.raises(RuntimeWaitTimeout, match="full queue"):
+        full.put("more", timeout=0.2)
+    end = time.monotonic()
+    mover.join()
+    # on past its own 0.2 s while the run moved, then out 0.2 s after the last move
+    assert end - start >= 0.5 and 0.19 <= end - moves[-1] < 0.2 + WAKE_SECONDS
+    full.drain()
+    mover, _ = beat_for(signal, 0.6)
+    start = time.monotonic()
+    with pytest.raises(RuntimeWaitTimeout, match="empty queue"):
+        full.get(timeout=0.1, patient=False)  # a poll: its own timeout, however the run moves
+    with pytest.raises(RuntimeWaitTimeout, match="empty queue"):
+        BoundedQueue(1).get(timeout=0.1)  # an unregistered primitive: the plain timeout
+    assert time.monotonic() - start < 0.2 + 2 * WAKE_SECONDS
+    mover.join()
+
+
+def test_a_busy_phase_holds_every_registered_wait_until_it_ends():
+    signal, full = StopSignal(), BoundedQueue(1)
+    signal.register(full)
+    full.put("the learner's report")
+
+    evaluating = threading.Event()
+
+    def evaluate_then_take() -> None:  # the driver evaluating for longer than the timeout, then reading
+        with signal.progress.busy():
+            evaluating.set()
+            time.sleep(0.5)
+        full.get(timeout=0)
+
+    driver = threading.Thread(target=evaluate_then_take)
+    driver.start()
+    evaluating.wait(5.0)
+    start = time.monotonic()
+    full.put("the next report", timeout=0.1)  # granted once the driver takes: no timeout while it was busy
+    driver.join()
+    assert time.monotonic() - start >= 0.4 and full.drain() == ["the next report"]
+
+
 def test_normal_stop_records_no_error():
     signal, store = StopSignal(), ParameterStore()
     signal.register(store)
