@@ -16,14 +16,23 @@
    from 2,000 env steps, timed over `--windows` fixed windows of `--window` seconds once learning runs: frames/s
    (4 per env step) and learner batches/s, the median window.
 
-Rates of 1-3 are the best of 3 rounds of at least a second; 4's windows are medians. The machine is shared:
-compare ratios from one run. CleanRL's dqn_atari_jax.py is not run here (its code is not part of this
-repository); bench/README.md says how it was run beside this script and what was edited.
+5. with `--cleanrl DIR` (a checkout of github.com/vwxyzjn/cleanrl; its code is not part of this repository):
+   CleanRL's `dqn_atari_jax.py` on `<game>NoFrameskip-v4`, 20k steps, learning from 10k, a 20k buffer (8 samples
+   per insert, as 4's DQN), timed over the same windows once learning runs (it prints a line every 100 steps),
+   right after 4 on the same game. Run as published but for the edits gymnasium 1.x and ale-py 0.12 require
+   (CLEANRL_EDITS, applied to a copy in a temporary directory).
+
+Rates of 1-3 are the best of 3 rounds of at least a second; 4's and 5's windows are medians. The machine is
+shared: compare ratios from one run.
 """
 import argparse
+import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -181,7 +190,7 @@ def drain(reports) -> None:
 
     while True:
         try:
-            reports.get(timeout=1.0)
+            reports.get(timeout=1.0, patient=False)
         except TimeoutError:
             continue
         except RuntimeStopped:
@@ -221,6 +230,89 @@ def system_row(game: str, algo: str, num_envs: int, window: float, windows: int)
             f"{batches:.2f} batches/s of {train.algo.batch_size}, median of {windows} x {window:.0f} s"]
 
 
+# (what, published text, replacement): only what gymnasium 1.x and ale-py 0.12 require of dqn_atari_jax.py
+CLEANRL_EDITS = [
+    ("ALE's ids are registered by importing ale_py (gymnasium 1.0 stopped doing it)",
+     "import gymnasium as gym\n", "import gymnasium as gym\nimport ale_py\n\ngym.register_envs(ale_py)\n"),
+    ("the renamed wrappers", "gym.wrappers.GrayScaleObservation(env)", "gym.wrappers.GrayscaleObservation(env)"),
+    ("", "gym.wrappers.FrameStack(env, 4)", "gym.wrappers.FrameStackObservation(env, 4)"),
+    ("the autoreset the script was written for (gymnasium 1.x defaults to NEXT_STEP)",
+     "for i in range(args.num_envs)]\n    )",
+     "for i in range(args.num_envs)],\n        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,\n    )"),
+    ("final_info is one dict of arrays with `_episode` masks, no longer a list of dicts",
+     """            for info in infos["final_info"]:
+                if info and "episode" in info:
+                    print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
+                    writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
+                    writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)""",
+     """            final = infos["final_info"]
+            for index in np.flatnonzero(final.get("_episode", [])):
+                print(f"global_step={global_step}, episodic_return={final['episode']['r'][index]}")
+                writer.add_scalar("charts/episodic_return", final["episode"]["r"][index], global_step)
+                writer.add_scalar("charts/episodic_length", final["episode"]["l"][index], global_step)"""),
+    ("final_observation is final_obs", 'infos["final_observation"][idx]', 'infos["final_obs"][idx]'),
+]
+
+
+def edited_cleanrl(source: str) -> str:
+    """dqn_atari_jax.py with CLEANRL_EDITS applied, each found exactly once (else CleanRL changed: say so)."""
+    for why, published, replacement in CLEANRL_EDITS:
+        if source.count(published) != 1:
+            raise SystemExit(f"bench_atari: --cleanrl: dqn_atari_jax.py no longer contains {published!r} once "
+                             f"({why or 'an edit'}); this bench's CLEANRL_EDITS need updating for this CleanRL.")
+        source = source.replace(published, replacement)
+    return source
+
+
+def cleanrl_row(game: str, checkout: Path, window: float, windows: int) -> list[str]:
+    """Section 5: CleanRL's DQN, its env steps counted from its once-per-100-steps SPS lines in fixed windows."""
+    script = checkout / "cleanrl" / "dqn_atari_jax.py"
+    if not script.is_file():
+        raise SystemExit(f"bench_atari: --cleanrl {checkout}: no cleanrl/dqn_atari_jax.py there; pass a "
+                         "checkout of https://github.com/vwxyzjn/cleanrl.")
+    lines, started = [], threading.Event()
+    with tempfile.TemporaryDirectory() as workdir:
+        edited = Path(workdir) / "dqn_atari_jax.py"
+        edited.write_text(edited_cleanrl(script.read_text()))
+        command = [sys.executable, str(edited), "--env-id", f"{game}NoFrameskip-v4", "--total-timesteps", "20000",
+                   "--learning-starts", "10000", "--buffer-size", "20000"]
+        process = subprocess.Popen(command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, "PYTHONPATH": str(checkout)})
+
+        def read() -> None:  # each SPS line is 100 more env steps, printed once learning runs
+            for line in process.stdout:
+                if line.startswith("SPS:"):
+                    lines.append(time.perf_counter())
+                    started.set()
+                else:
+                    log(f"cleanrl: {line.rstrip()}"[:200])
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            while not started.wait(1.0):
+                if process.poll() is not None:
+                    raise SystemExit(f"bench_atari: CleanRL's dqn_atari_jax.py exited ({process.returncode}) before "
+                                     "it learned; its output is above.")
+            marks = np.array([time.perf_counter() + window * k for k in range(windows + 1)])
+            while time.perf_counter() < marks[-1] and process.poll() is None:
+                time.sleep(0.5)
+            ended = time.perf_counter()  # windows that end after its 20k steps are not whole
+        finally:
+            process.kill()
+            process.wait()
+    whole = marks[marks <= ended]
+    if len(whole) < 2:
+        raise SystemExit(f"bench_atari: CleanRL's 20k steps ended within its first {window:.0f} s window of learning; "
+                         "pass a shorter --window.")
+    counts, _ = np.histogram(lines, bins=whole)
+    env_rate = float(np.median(100 * counts / window))
+    complete = counts
+    return ["", "5. CleanRL dqn_atari_jax.py, 8 samples per insert", format_rate(env_rate),
+            format_rate(FRAMES_PER_STEP * env_rate),
+            f"{env_rate / 4:.2f} batches/s of 32, median of {len(complete)} x {window:.0f} s"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", nargs="+", default=["Pong", "Breakout"])
@@ -228,6 +320,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--skip-system", action="store_true")
+    parser.add_argument("--cleanrl", type=Path, help="a checkout of github.com/vwxyzjn/cleanrl: section 5")
     args = parser.parse_args()
 
     print_machine("lightspeed on Atari (env=atari, ale-py)")
@@ -241,6 +334,9 @@ def main() -> None:
             for algo in ("apex", "dqn"):
                 log(f"{game}: 4. system, {algo}")
                 rows.append(system_row(game, algo, args.envs, args.window, args.windows))
+        if args.cleanrl:
+            log(f"{game}: 5. CleanRL")
+            rows.append(cleanrl_row(game, args.cleanrl, args.window, args.windows))
     log("3. learner")
     rows += learner_rows()
     print_table("Atari: env steps/s and frames/s over all envs (one actor thread), learner batches/s",

@@ -235,7 +235,7 @@ def system(train, env, algorithm, ready_publish: bool = False) -> dict:
         while True:
             stop.raise_if_failed()
             try:
-                report = reports.get(timeout=1.0)
+                report = reports.get(timeout=1.0, patient=False)
             except TimeoutError:
                 if not learner.is_alive():
                     break
