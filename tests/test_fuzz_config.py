@@ -54,6 +54,9 @@ def blames_a_changed_key(message: str, overrides: list[str]) -> bool:
     changed = {override.partition("=")[0] for override in overrides}  # algo=..., env=... are changed keys too
     key = named_key(message)
     return key in changed or bool(PARTNERS.get(key, set()) & changed)
+# the shipped algorithms: a test plugin (test_contracts.py's contract_probe, registered when that module runs in
+# the same worker) has no validate() by design, so its bad values are contract errors, not config errors
+PRODUCT_ALGOS = [name for name in registry.known("algo") if name != "contract_probe"]
 BAD_VALUES = st.sampled_from(["abc", "-1", "0", "-0.5", "1.5", "2", "nan", "inf", "-inf", "1e12", "[]", "[0]",
                               "[-3,2]", "true", "null", "''", "[[0,0]]", "[[1,0],[0,1]]", "0.0001", "100000000"])
 
@@ -65,7 +68,7 @@ def _keys(group: str, name: str) -> list[str]:
 
 @st.composite
 def bad_overrides(draw) -> list[str]:
-    algo = draw(st.sampled_from(registry.known("algo")))
+    algo = draw(st.sampled_from(PRODUCT_ALGOS))
     env = draw(st.sampled_from(registry.known("env")))
     keys = _keys("algo", algo) + _keys("env", env) + TOP_LEVEL + ["algo.no_such_key", "env.colour"]
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=3, unique=True))
@@ -129,7 +132,7 @@ def _edge_value(field: dataclasses.Field):
 
 @st.composite
 def edge_overrides(draw) -> list[str]:
-    algo = draw(st.sampled_from(registry.known("algo")))
+    algo = draw(st.sampled_from(PRODUCT_ALGOS))
     env = "gridworld" if algo == "tabular_q" else "cartpole"
     fields = [f for f in dataclasses.fields(registry.lookup("algo", algo).config_class) if _edge_value(f) is not None]
     chosen = draw(st.lists(st.sampled_from(fields), min_size=1, max_size=4, unique_by=lambda f: f.name))
