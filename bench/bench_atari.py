@@ -307,10 +307,9 @@ def cleanrl_row(game: str, checkout: Path, window: float, windows: int) -> list[
                          "pass a shorter --window.")
     counts, _ = np.histogram(lines, bins=whole)
     env_rate = float(np.median(100 * counts / window))
-    complete = counts
     return ["", "5. CleanRL dqn_atari_jax.py, 8 samples per insert", format_rate(env_rate),
             format_rate(FRAMES_PER_STEP * env_rate),
-            f"{env_rate / 4:.2f} batches/s of 32, median of {len(complete)} x {window:.0f} s"]
+            f"{env_rate / 4:.2f} batches/s of 32, median of {len(counts)} x {window:.0f} s"]
 
 
 def main() -> None:

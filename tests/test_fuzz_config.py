@@ -54,9 +54,12 @@ def blames_a_changed_key(message: str, overrides: list[str]) -> bool:
     changed = {override.partition("=")[0] for override in overrides}  # algo=..., env=... are changed keys too
     key = named_key(message)
     return key in changed or bool(PARTNERS.get(key, set()) & changed)
+
+
 # the shipped algorithms: a test plugin (test_contracts.py's contract_probe, registered when that module runs in
 # the same worker) has no validate() by design, so its bad values are contract errors, not config errors
 PRODUCT_ALGOS = [name for name in registry.known("algo") if name != "contract_probe"]
+
 BAD_VALUES = st.sampled_from(["abc", "-1", "0", "-0.5", "1.5", "2", "nan", "inf", "-inf", "1e12", "[]", "[0]",
                               "[-3,2]", "true", "null", "''", "[[0,0]]", "[[1,0],[0,1]]", "0.0001", "100000000"])
 

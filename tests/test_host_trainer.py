@@ -98,14 +98,14 @@ def test_free_running_learns_between_blocks_and_ends(tmp_path):
 def test_an_evaluation_longer_than_the_timeout_holds_the_run_without_failing_it(monkeypatch, tmp_path):
     import framework.host_trainer as host_trainer
 
-    played, slow = [], 8.0  # seconds of the first evaluation, past runtime.timeout_s
+    greedy_returns, played, slow = host_trainer.greedy_returns, [], 8.0  # seconds, past runtime.timeout_s
+
     def slow_first_evaluation(*args, **kwargs):  # an evaluation of whole Atari games, say
         if not played:
             time.sleep(slow)
         played.append(1)
         return greedy_returns(*args, **kwargs)
 
-    greedy_returns = host_trainer.greedy_returns
     monkeypatch.setattr(host_trainer, "greedy_returns", slow_first_evaluation)
     # a report every 128 env steps: more than the 4 the reports queue holds pile up behind the evaluation at
     # 1,024, so the learner, and behind it the actors, wait on the driver for longer than the timeout
