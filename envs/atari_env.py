@@ -22,8 +22,16 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from framework.errors import ConfigError, check, check_number, check_positive_int
-from framework.host_env import DEFAULT_TIMEOUT_S, MAX_VECTOR_ENVS, HostEnvironment, HostStep, HostVectorEnv
+from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.host_env import (
+    DEFAULT_TIMEOUT_S,
+    MAX_VECTOR_ENVS,
+    HostEnvError,
+    HostEnvironment,
+    HostStep,
+    HostVectorEnv,
+    describe,
+)
 from framework.registry import register_env
 
 FRAME_SIZE, FRAME_STACK = 84, 4
@@ -48,6 +56,8 @@ class AtariConfig:
     # evaluation acts epsilon-greedily (the DQN papers' 0.001-0.05): a greedy policy can stall a game forever
     eval_epsilon: float = 0.001
     num_threads: int = 0  # the engine's own C++ threads per vector env (0: as many as it sees cores)
+    # an exception from the engine's step: stop the run (default) or give the actor thread new envs, reseeded
+    on_error: str = "stop"
 
     def validate(self) -> None:
         check(isinstance(self.id, str) and self.id != "", "env.id", self.id, "an Atari game, e.g. Pong or Breakout")
@@ -56,6 +66,7 @@ class AtariConfig:
         check_positive_int("env.max_episode_frames", self.max_episode_frames, minimum=4)
         check_number("env.eval_epsilon", self.eval_epsilon, 0, 1)
         check_positive_int("env.num_threads", self.num_threads, minimum=0)
+        check_choice("env.on_error", self.on_error, ("stop", "restart"))
         for key in ("fire_reset", "full_action_space", "clip_rewards", "life_loss_terminal"):
             check(isinstance(getattr(self, key), bool), f"env.{key}", getattr(self, key), "true or false")
 
@@ -118,7 +129,10 @@ class AtariVectorEnv(HostVectorEnv):
         return channels_last(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
-        step = super().step(actions)
+        try:
+            step = super().step(actions)
+        except Exception as error:  # the engine's own fault, whichever env it was: env.on_error's to handle
+            raise HostEnvError(self.config.id, None, describe(error)) from error
         lives = np.asarray(self.info["lives"])
         # a reset step (acted False) brings a new game's lives; a game's end is an end anyway
         lost_life = step.acted & ~step.ended & (lives < self._lives)

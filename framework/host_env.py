@@ -62,7 +62,8 @@ class HostEnvError(RuntimeError):
 
     def __init__(self, env_id: str, env_index: Optional[int], detail: str, worker: Optional[int] = None):
         self.env_id, self.env_index, self.detail, self.worker = env_id, env_index, detail, worker
-        where = f"env index {env_index}" if env_index is not None else f"worker {worker}"
+        where = (f"env index {env_index}" if env_index is not None else f"worker {worker}" if worker is not None
+                 else "its vector engine")
         in_worker = f" (worker process {worker})" if env_index is not None and worker is not None else ""
         super().__init__(f"The host env {env_id!r} failed at {where}{in_worker}: {detail}. The env's own code "
                          "raised or stopped answering; the run's env.on_error decides whether it stops or restarts.")

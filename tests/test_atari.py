@@ -11,7 +11,7 @@ from conftest import compose_config
 from algorithms.common.frame_replay import make_frame_replay
 from algorithms.common.replays import frame_step
 from envs.atari_env import AtariConfig, AtariEvaluationEnv, check_game, make_atari
-from framework.errors import ConfigError
+from framework.errors import ConfigError, HostRunError
 from framework.evaluate import main as evaluate_main
 from framework.policy import load_policy
 from framework.trainer import train
@@ -161,3 +161,42 @@ def test_a_tiny_atari_run_trains_checkpoints_resumes_evaluates_and_plays(algo, t
     obs, _ = game.reset(seed=0)
     assert 0 <= policy(obs) < game.action_space.n
     game.close()
+
+
+def engine_failing_once(monkeypatch, at_step: int) -> list:
+    """The first actor engine (the probe and evaluation's engines take num_threads=1) raises at its `at_step`th
+    step; the list collects the engines made."""
+    import envs.atari_env as atari_env
+
+    real_engine, made = atari_env.engine, []
+
+    def engine(config, num_envs, num_threads=None):
+        vector = real_engine(config, num_envs, num_threads)
+        if num_threads is None and not any(failing for _, failing in made):
+            step, calls = vector.step, iter(range(10**9))
+
+            def step_or_fail(actions):
+                if next(calls) == at_step:
+                    raise RuntimeError("emulator fault")
+                return step(actions)
+
+            vector.step = step_or_fail
+        made.append((vector, num_threads is None))
+        return vector
+
+    monkeypatch.setattr(atari_env, "engine", engine)
+    return made
+
+
+def test_an_engine_fault_stops_the_run_by_default_naming_the_game_and_env_on_error(monkeypatch, tmp_path):
+    engine_failing_once(monkeypatch, at_step=20)
+    with pytest.raises(HostRunError, match=r"The host env 'Pong' failed at its vector engine: RuntimeError: emulator "
+                                        r"fault.*env.on_error"):
+        train(compose_config(*TINY, *TINY_ALGO["dqn"], "checkpoint.every=0"), tmp_path)
+
+
+def test_env_on_error_restart_gives_the_actor_new_engines_and_the_run_finishes(monkeypatch, tmp_path):
+    made = engine_failing_once(monkeypatch, at_step=20)
+    summary = train(compose_config(*TINY, *TINY_ALGO["dqn"], "checkpoint.every=0", "env.on_error=restart"), tmp_path)
+    assert summary["env_steps"] == 512 and summary["runtime"]["runtime/env_restarts"] == 1
+    assert sum(actor for _, actor in made) == 2  # the engine that raised, and the one that replaced it
