@@ -1,6 +1,7 @@
 """Atari on this machine (env=atari): the engine, the actors, the conv learner and the whole system, in one run.
 
-    python bench/bench_atari.py [--games Pong Breakout] [--envs 32] [--window 60] [--windows 3] [--skip-system]
+    python bench/bench_atari.py [--games Pong Breakout] [--envs 32] [--window 60] [--windows 3]
+                                [--sections engine actors system learner] [--cleanrl DIR]
 
 1. engine alone: ale-py's AtariVectorEnv with `--envs` envs stepped with random actions, synchronously (every env
    each call) and asynchronously (send/recv, half the envs per call, the other half stepping meanwhile).
@@ -33,7 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,7 @@ from shared import REPO_ROOT, format_rate, print_machine, print_table
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 FRAMES_PER_STEP = 4
+SECTIONS = ["engine", "actors", "system", "learner"]
 
 
 def engine_rows(game: str, num_envs: int) -> tuple[list[list[str]], float]:
@@ -116,14 +118,15 @@ def actor_rate(game: str, num_envs: int, threads: int) -> float:
         run.close()
 
 
-def actor_rows(game: str, num_envs: int, engine_rate: float) -> list[list[str]]:
+def actor_rows(game: str, num_envs: int, engine_rate: Optional[float]) -> list[list[str]]:
     """Section 2, in one thread and in two owning half the env columns each (the engine steps in C++ without the
     GIL, so one half steps while the other's policy runs)."""
     rows = []
     for threads in (1, 2):
         rate = actor_rate(game, num_envs, threads)
         rows.append(["", f"2. actors with their policy, {threads} thread{'s' * (threads > 1)}", format_rate(rate),
-                     format_rate(FRAMES_PER_STEP * rate), f"{rate / engine_rate:.0%} of the sync engine"])
+                     format_rate(FRAMES_PER_STEP * rate),
+                     f"{rate / engine_rate:.0%} of the sync engine" if engine_rate else ""])
     return rows
 
 
@@ -197,8 +200,9 @@ def drain(reports) -> None:
             return
 
 
-def system_row(game: str, algo: str, num_envs: int, window: float, windows: int) -> list[str]:
-    """Section 4: a free-mode run, its rates over fixed windows once the learner has started."""
+def system_rates(game: str, algo: str, num_envs: int, window: float, windows: int) -> tuple[float, float, int]:
+    """Section 4: a free-mode run's median env steps/s and learner batches/s over fixed windows once the learner
+    has started, and its batch size."""
     from framework.host_trainer import start_learner
     from framework.runtime import BoundedQueue, StopSignal
 
@@ -224,10 +228,15 @@ def system_row(game: str, algo: str, num_envs: int, window: float, windows: int)
         run.close()
     # (seconds, env steps, learner updates) at each mark -> each window's env steps/s and batches/s
     deltas = np.diff(np.array(marks, float), axis=0)
-    env_rate, batches = np.median(deltas[:, 1] / deltas[:, 0]), np.median(deltas[:, 2] / deltas[:, 0])
+    return (float(np.median(deltas[:, 1] / deltas[:, 0])), float(np.median(deltas[:, 2] / deltas[:, 0])),
+            train.algo.batch_size)
+
+
+def system_row(game: str, algo: str, num_envs: int, window: float, windows: int) -> list[str]:
+    env_rate, batches, batch_size = system_rates(game, algo, num_envs, window, windows)
     label = "Ape-X, 0.8 samples per insert" if algo == "apex" else "DQN, 8 samples per insert"
     return ["", f"4. system, {label}", format_rate(env_rate), format_rate(FRAMES_PER_STEP * env_rate),
-            f"{batches:.2f} batches/s of {train.algo.batch_size}, median of {windows} x {window:.0f} s"]
+            f"{batches:.2f} batches/s of {batch_size}, median of {windows} x {window:.0f} s"]
 
 
 # (what, published text, replacement): only what gymnasium 1.x and ale-py 0.12 require of dqn_atari_jax.py
@@ -318,26 +327,32 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=32, help="envs of the engine and the actors (a multiple of 8)")
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--windows", type=int, default=3)
-    parser.add_argument("--skip-system", action="store_true")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=SECTIONS,
+                        help="which of sections 1-4 to run (default: all; actors then show no ratio to the engine)")
     parser.add_argument("--cleanrl", type=Path, help="a checkout of github.com/vwxyzjn/cleanrl: section 5")
     args = parser.parse_args()
 
     print_machine("lightspeed on Atari (env=atari, ale-py)")
     rows = []
     for game in args.games:
-        log(f"{game}: 1. engine")
-        engine, engine_rate = engine_rows(game, args.envs)
-        log(f"{game}: 2. actors")
-        rows += [*engine, *actor_rows(game, args.envs, engine_rate)]
-        if not args.skip_system:
+        engine_rate = None
+        if "engine" in args.sections:
+            log(f"{game}: 1. engine")
+            engine, engine_rate = engine_rows(game, args.envs)
+            rows += engine
+        if "actors" in args.sections:
+            log(f"{game}: 2. actors")
+            rows += actor_rows(game, args.envs, engine_rate)
+        if "system" in args.sections:
             for algo in ("apex", "dqn"):
                 log(f"{game}: 4. system, {algo}")
                 rows.append(system_row(game, algo, args.envs, args.window, args.windows))
         if args.cleanrl:
             log(f"{game}: 5. CleanRL")
             rows.append(cleanrl_row(game, args.cleanrl, args.window, args.windows))
-    log("3. learner")
-    rows += learner_rows()
+    if "learner" in args.sections:
+        log("3. learner")
+        rows += learner_rows()
     print_table("Atari: env steps/s and frames/s over all envs (one actor thread), learner batches/s",
                 ["run", "stage", "env steps/s", "frames/s", "notes"], rows)
 

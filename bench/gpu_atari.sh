@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Atari on a GPU machine in one prepared run of ~6 minutes (bench/gpu_atari.py says what each phase measures):
+#   here:            bash bench/gpu_wheels.sh          # once: the wheels it lacks, into .whl/
+#   on the machine:  bash bench/gpu_atari.sh           # tables into $OUT (else /tmp/gpu_atari), one file a phase
+# It installs .whl/ (no index, no dependencies: the machine's own jax stays) into /tmp/site, then runs the phases.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false  # the engine and actors share the host with the run
+exec python3 bench/gpu_atari.py "$@"
