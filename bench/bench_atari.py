@@ -217,9 +217,10 @@ def system_rates(game: str, algo: str, num_envs: int, window: float, windows: in
             stop.raise_if_failed()
             time.sleep(0.5)
         marks = []
-        for _ in range(windows + 1):
+        for mark in range(windows + 1):
             marks.append((time.perf_counter(), run.rounds_inserted * run.block_items, run.learner_updates))
-            time.sleep(window)
+            if mark < windows:
+                time.sleep(window)
         stop.raise_if_failed()
     finally:
         run.stop_requested = True
@@ -232,8 +233,9 @@ def system_rates(game: str, algo: str, num_envs: int, window: float, windows: in
             train.algo.batch_size)
 
 
-def system_row(game: str, algo: str, num_envs: int, window: float, windows: int) -> list[str]:
-    env_rate, batches, batch_size = system_rates(game, algo, num_envs, window, windows)
+def system_row(algo: str, rates: tuple[float, float, int], window: float, windows: int) -> list[str]:
+    """Section 4's row of one algorithm from its `system_rates`."""
+    env_rate, batches, batch_size = rates
     label = "Ape-X, 0.8 samples per insert" if algo == "apex" else "DQN, 8 samples per insert"
     return ["", f"4. system, {label}", format_rate(env_rate), format_rate(FRAMES_PER_STEP * env_rate),
             f"{batches:.2f} batches/s of {batch_size}, median of {windows} x {window:.0f} s"]
@@ -346,7 +348,8 @@ def main() -> None:
         if "system" in args.sections:
             for algo in ("apex", "dqn"):
                 log(f"{game}: 4. system, {algo}")
-                rows.append(system_row(game, algo, args.envs, args.window, args.windows))
+                rates = system_rates(game, algo, args.envs, args.window, args.windows)
+                rows.append(system_row(algo, rates, args.window, args.windows))
         if args.cleanrl:
             log(f"{game}: 5. CleanRL")
             rows.append(cleanrl_row(game, args.cleanrl, args.window, args.windows))

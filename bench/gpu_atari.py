@@ -28,9 +28,11 @@ import time
 import traceback
 from pathlib import Path
 
-from shared import REPO_ROOT, format_rate, print_machine
+from shared import REPO_ROOT, print_machine
 
 ENVS = 64  # 8 Ape-X actors x 8 envs, RLlib's tuned Atari layout
+WINDOW = 30.0  # seconds of phase 4's one window per algorithm
+SIGTERM_GRACE_S = 120  # phase 5's run past its deadline: time to end its round and evaluate before it is killed
 # the distributions the run imports, whose versions phase 0 records
 IMPORTED = ("jax", "jaxlib", "flax", "optax", "chex", "flashbax", "orbax-checkpoint", "gymnasium", "ale-py",
             "hydra-core", "omegaconf", "numpy")
@@ -107,12 +109,9 @@ def system() -> float:
     """Both algorithms' rows; returns Ape-X's env steps/s (phase 5's budget)."""
     import bench_atari
 
-    apex, dqn = (bench_atari.system_rates("Pong", algo, ENVS, 30.0, 1) for algo in ("apex", "dqn"))
-    rows = [["", f"4. system, {label}", format_rate(rate), format_rate(4 * rate), f"{batches:.2f} batches/s of {size}"]
-            for label, (rate, batches, size) in (("Ape-X, 0.8 samples per insert", apex),
-                                                  ("DQN, 8 samples per insert", dqn))]
-    table("4. Pong, the whole system (one 30-second window each)", rows)
-    return apex[0]
+    rates = {algo: bench_atari.system_rates("Pong", algo, ENVS, WINDOW, 1) for algo in ("apex", "dqn")}
+    table("4. Pong, the whole system", [bench_atari.system_row(algo, rates[algo], WINDOW, 1) for algo in rates])
+    return rates["apex"][0]
 
 
 def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None:
@@ -124,7 +123,8 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
     run_dir = Path(tempfile.mkdtemp(prefix="gpu_atari_pong_"))  # not in `out`: a device run brings back 8 files
     command = [sys.executable, "run.py", "algo=apex", "env=atari", "env.id=Pong", f"total_env_steps={steps}",
                f"eval_every={steps}", "log_every=10000", "eval_episodes=10", "final_eval_episodes=10",
-               "algo.buffer_size=200000", "runtime.num_actor_threads=2", f"hydra.run.dir={run_dir}", *overrides]
+               "algo.buffer_size=200000", "runtime.num_actor_threads=2", "progress=false", f"hydra.run.dir={run_dir}",
+               *overrides]
     print("$ " + " ".join(command[1:]), flush=True)
     start = time.perf_counter()
     with open(out / "5_pong.log", "w") as log:
@@ -134,7 +134,11 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
         except subprocess.TimeoutExpired:
             print("past twice the budget: SIGTERM (the run ends after its round, with its final evaluation)")
             process.send_signal(signal.SIGTERM)
-            process.wait(timeout=600)
+            try:
+                process.wait(timeout=SIGTERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()  # nothing of this phase outlives it; the summary below is then missing
+                process.wait()
     print((out / "5_pong.log").read_text()[-3000:])
     summary = json.loads((run_dir / "summary.json").read_text())
     seed = summary["seeds"][0]

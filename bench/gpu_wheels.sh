@@ -4,14 +4,16 @@
 #   bash bench/gpu_wheels.sh && ls .whl
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .whl
+rm -rf .whl && mkdir .whl  # one version of each: two stop the install there
 platforms=()
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do
   platforms+=(--platform "$tag")
 done
+# the versions installed here, where the tests pass
+pinned() { python3 -c "import importlib.metadata as m, sys; print(f'{sys.argv[1]}=={m.version(sys.argv[1])}')" "$1"; }
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  "${platforms[@]}" -d .whl "ale-py==0.12.1" "flashbax==0.1.3" "hydra-core==1.3.2" "omegaconf==2.3.0" \
-  "gymnasium==$(python3 -c 'import gymnasium; print(gymnasium.__version__)')" "farama-notifications==0.0.4"
+  "${platforms[@]}" -d .whl "$(pinned ale-py)" "$(pinned flashbax)" "$(pinned hydra-core)" "$(pinned omegaconf)" \
+  "$(pinned gymnasium)" "$(pinned farama-notifications)"
 # hydra's parser needs antlr4's 4.9 runtime, published as an sdist only: a pure-Python wheel built here
-python3 -m pip wheel -q --no-deps -w .whl "antlr4-python3-runtime==4.9.3"
+python3 -m pip wheel -q --no-deps -w .whl "$(pinned antlr4-python3-runtime)"
 du -sh .whl && ls .whl

@@ -13,10 +13,11 @@ evaluation plays whole games in envs of its own, scored raw, epsilon-greedy at `
 Observations are declared channels first ([4, 84, 84] from the engine) and handed to networks as [84, 84, 4]:
 the last axis is the stack, one new frame per step (`frame_stack`), which lets replay store each frame once.
 """
+import contextlib
 import dataclasses
 import difflib
 import re
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import gymnasium
 import numpy as np
@@ -114,25 +115,35 @@ def channels_last(obs: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(obs, -3, -1))
 
 
+@contextlib.contextmanager
+def engine_faults(game: str) -> Iterator[None]:
+    """An exception from the engine (building, reset or step) as a HostEnvError: env.on_error's to handle. The
+    engine does not say which env failed; the error names the line that raised."""
+    try:
+        yield
+    except Exception as error:
+        raise HostEnvError(game, None, describe(error), where="its vector engine") from error
+
+
 class AtariVectorEnv(HostVectorEnv):
     """The engine's envs as HostSteps for training: raw returns counted, rewards clipped and lost lives
     ending transitions (not episodes) when the config says so."""
 
     def __init__(self, config: AtariConfig, num_envs: int):
         self.config = config
-        super().__init__(engine(config, num_envs), config.id)
+        with engine_faults(config.id):
+            super().__init__(engine(config, num_envs), config.id)
         self.observation_shape = (FRAME_SIZE, FRAME_SIZE, FRAME_STACK)
 
     def reset(self, seed: int) -> np.ndarray:
-        obs = super().reset(seed % ENGINE_SEEDS)
+        with engine_faults(self.config.id):
+            obs = super().reset(seed % ENGINE_SEEDS)
         self._lives = np.asarray(self.info["lives"]).copy()
         return channels_last(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
-        try:
+        with engine_faults(self.config.id):
             step = super().step(actions)
-        except Exception as error:  # the engine's own fault, whichever env it was: env.on_error's to handle
-            raise HostEnvError(self.config.id, None, describe(error)) from error
         lives = np.asarray(self.info["lives"])
         # a reset step (acted False) brings a new game's lives; a game's end is an end anyway
         lost_life = step.acted & ~step.ended & (lives < self._lives)

@@ -58,12 +58,13 @@ CLOSE_GRACE_S = 1.0  # how long close() waits for workers to close their envs be
 
 
 class HostEnvError(RuntimeError):
-    """An env (or the worker process holding it) failed; names the env id, the env index or the worker."""
+    """An env (or the worker process holding it) failed; names the env id, the env index or the worker (or
+    `where`, for an engine that does not say which env failed)."""
 
-    def __init__(self, env_id: str, env_index: Optional[int], detail: str, worker: Optional[int] = None):
+    def __init__(self, env_id: str, env_index: Optional[int], detail: str, worker: Optional[int] = None,
+                 where: Optional[str] = None):
         self.env_id, self.env_index, self.detail, self.worker = env_id, env_index, detail, worker
-        where = (f"env index {env_index}" if env_index is not None else f"worker {worker}" if worker is not None
-                 else "its vector engine")
+        where = where or (f"env index {env_index}" if env_index is not None else f"worker {worker}")
         in_worker = f" (worker process {worker})" if env_index is not None and worker is not None else ""
         super().__init__(f"The host env {env_id!r} failed at {where}{in_worker}: {detail}. The env's own code "
                          "raised or stopped answering; the run's env.on_error decides whether it stops or restarts.")

@@ -382,7 +382,6 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
         run.restore(state, saved.pop("counters"))
         progress = saved
     keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    run.start_actors()
     loggers = make_loggers(train.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
     reports, stop_signal = BoundedQueue(4), StopSignal()
     summary, interrupted_by, learner, final_params = None, None, None, None
@@ -396,6 +395,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
                       if train.target_return is not None else None)
     try:
+        run.start_actors()  # an env that fails to start is the run's one-paragraph error too
         with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
             latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
             done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: the results only

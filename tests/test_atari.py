@@ -1,6 +1,7 @@
 """env=atari (envs/atari_env.py) against gymnasium's own Atari stack, its training transforms, the frame replay
 fed from a real game, and short runs of both algorithms end to end (train, checkpoint, resume, evaluate,
 saved policy, GIF)."""
+import itertools
 import json
 
 import gymnasium
@@ -163,25 +164,26 @@ def test_a_tiny_atari_run_trains_checkpoints_resumes_evaluates_and_plays(algo, t
     game.close()
 
 
-def engine_failing_once(monkeypatch, at_step: int) -> list:
-    """The first actor engine (the probe and evaluation's engines take num_threads=1) raises at its `at_step`th
-    step; the list collects the engines made."""
+def engine_failing_once(monkeypatch, at_call: int) -> list:
+    """The first actor engine (the probe and evaluation's engines take num_threads=1) raises at its step call
+    number `at_call` (from 0); the list collects (engine, made for an actor) of every engine made."""
     import envs.atari_env as atari_env
 
     real_engine, made = atari_env.engine, []
 
     def engine(config, num_envs, num_threads=None):
         vector = real_engine(config, num_envs, num_threads)
-        if num_threads is None and not any(failing for _, failing in made):
-            step, calls = vector.step, iter(range(10**9))
+        for_actor = num_threads is None
+        if for_actor and not any(actor for _, actor in made):
+            step, calls = vector.step, itertools.count()
 
             def step_or_fail(actions):
-                if next(calls) == at_step:
+                if next(calls) == at_call:
                     raise RuntimeError("emulator fault")
                 return step(actions)
 
             vector.step = step_or_fail
-        made.append((vector, num_threads is None))
+        made.append((vector, for_actor))
         return vector
 
     monkeypatch.setattr(atari_env, "engine", engine)
@@ -189,14 +191,14 @@ def engine_failing_once(monkeypatch, at_step: int) -> list:
 
 
 def test_an_engine_fault_stops_the_run_by_default_naming_the_game_and_env_on_error(monkeypatch, tmp_path):
-    engine_failing_once(monkeypatch, at_step=20)
+    engine_failing_once(monkeypatch, at_call=20)
     with pytest.raises(HostRunError, match=r"The host env 'Pong' failed at its vector engine: RuntimeError: emulator "
                                         r"fault.*env.on_error"):
         train(compose_config(*TINY, *TINY_ALGO["dqn"], "checkpoint.every=0"), tmp_path)
 
 
 def test_env_on_error_restart_gives_the_actor_new_engines_and_the_run_finishes(monkeypatch, tmp_path):
-    made = engine_failing_once(monkeypatch, at_step=20)
+    made = engine_failing_once(monkeypatch, at_call=20)
     summary = train(compose_config(*TINY, *TINY_ALGO["dqn"], "checkpoint.every=0", "env.on_error=restart"), tmp_path)
     assert summary["env_steps"] == 512 and summary["runtime"]["runtime/env_restarts"] == 1
     assert sum(actor for _, actor in made) == 2  # the engine that raised, and the one that replaced it
