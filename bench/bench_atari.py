@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 FRAMES_PER_STEP = 4
 SECTIONS = ["engine", "actors", "system", "learner"]
+COLUMNS = ["run", "stage", "env steps/s", "frames/s", "notes"]
 
 
 def engine_rows(game: str, num_envs: int) -> tuple[list[list[str]], float]:
@@ -357,7 +358,7 @@ def main() -> None:
         log("3. learner")
         rows += learner_rows()
     print_table("Atari: env steps/s and frames/s over all envs (one actor thread), learner batches/s",
-                ["run", "stage", "env steps/s", "frames/s", "notes"], rows)
+                COLUMNS, rows)
 
 
 if __name__ == "__main__":

@@ -80,9 +80,10 @@ def machine() -> None:
 
 
 def table(title: str, rows: list[list[str]]) -> None:
+    import bench_atari
     from shared import print_table
 
-    print_table(title, ["run", "stage", "env steps/s", "frames/s", "notes"], rows)
+    print_table(title, bench_atari.COLUMNS, rows)
 
 
 def engine() -> float:
@@ -118,6 +119,8 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
     """Ape-X on Pong for about `seconds` of training at phase 4's rate (RLlib's layout, a 200k-frame replay so the
     run starts at once), then its final evaluation of 10 whole games (raw score). Past twice its budget the run
     gets a SIGTERM: it stops after its round and still evaluates."""
+    import bench_atari
+
     rate = apex_rate or 500.0
     steps = steps or max(60_000, int(rate * seconds) // 1280 * 1280)  # learning starts at 50k env steps
     run_dir = Path(tempfile.mkdtemp(prefix="gpu_atari_pong_"))  # not in `out`: a device run brings back 8 files
@@ -142,7 +145,8 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
     print((out / "5_pong.log").read_text()[-3000:])
     summary = json.loads((run_dir / "summary.json").read_text())
     seed = summary["seeds"][0]
-    print(f"Pong after {summary['env_steps']:,} env steps ({4 * summary['env_steps'] / 1e6:.2f}M frames, "
+    frames = bench_atari.FRAMES_PER_STEP * summary["env_steps"]
+    print(f"Pong after {summary['env_steps']:,} env steps ({frames / 1e6:.2f}M frames, "
           f"{time.perf_counter() - start:.0f} s with compilation and evaluation): final raw score "
           f"{seed['final_eval_return']:.1f} +- {seed['final_eval_std']:.1f} over {summary['final_eval_episodes']} "
           f"games; {summary['env_steps_per_second']:.0f} env steps/s over the run; runtime {summary['runtime']}")
@@ -172,6 +176,7 @@ def main() -> None:
     if 5 in phases:
         run_phase(args.out, "5_pong", lambda: pong(args.out, args.pong_seconds, apex_rate, args.pong_steps,
                                                    args.pong_override))
+
 
 if __name__ == "__main__":
     main()

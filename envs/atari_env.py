@@ -27,6 +27,7 @@ from framework.errors import ConfigError, check, check_choice, check_number, che
 from framework.host_env import (
     DEFAULT_TIMEOUT_S,
     MAX_VECTOR_ENVS,
+    ON_ERROR_CHOICES,
     HostEnvError,
     HostEnvironment,
     HostStep,
@@ -57,7 +58,8 @@ class AtariConfig:
     # evaluation acts epsilon-greedily (the DQN papers' 0.001-0.05): a greedy policy can stall a game forever
     eval_epsilon: float = 0.001
     num_threads: int = 0  # the engine's own C++ threads per vector env (0: as many as it sees cores)
-    # an exception from the engine's step: stop the run (default) or give the actor thread new envs, reseeded
+    # an exception from the engine (built, reset or stepped): stop the run (default) or give the actor thread new
+    # envs, reseeded
     on_error: str = "stop"
 
     def validate(self) -> None:
@@ -67,7 +69,7 @@ class AtariConfig:
         check_positive_int("env.max_episode_frames", self.max_episode_frames, minimum=4)
         check_number("env.eval_epsilon", self.eval_epsilon, 0, 1)
         check_positive_int("env.num_threads", self.num_threads, minimum=0)
-        check_choice("env.on_error", self.on_error, ("stop", "restart"))
+        check_choice("env.on_error", self.on_error, ON_ERROR_CHOICES)
         for key in ("fire_reset", "full_action_space", "clip_rewards", "life_loss_terminal"):
             check(isinstance(getattr(self, key), bool), f"env.{key}", getattr(self, key), "true or false")
 
@@ -132,7 +134,8 @@ class AtariVectorEnv(HostVectorEnv):
     def __init__(self, config: AtariConfig, num_envs: int):
         self.config = config
         with engine_faults(config.id):
-            super().__init__(engine(config, num_envs), config.id)
+            vector = engine(config, num_envs)
+        super().__init__(vector, config.id)
         self.observation_shape = (FRAME_SIZE, FRAME_SIZE, FRAME_STACK)
 
     def reset(self, seed: int) -> np.ndarray:

@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 from framework.errors import ConfigError, check, check_choice, check_positive_int
 from framework.host_env import (
     DEFAULT_TIMEOUT_S,
+    ON_ERROR_CHOICES,
     EnvFactory,
     HostEnvironment,
     HostVectorEnv,
@@ -60,7 +61,7 @@ class GymnasiumConfig:
             check_positive_int("env.max_episode_steps", self.max_episode_steps)
         check_positive_int("env.num_workers", self.num_workers, minimum=0)
         check(isinstance(self.channels_first, bool), "env.channels_first", self.channels_first, "true or false")
-        check_choice("env.on_error", self.on_error, ("stop", "restart"))
+        check_choice("env.on_error", self.on_error, ON_ERROR_CHOICES)
 
 
 def probe_env(factory: EnvFactory, env_id: str) -> gymnasium.Env:

@@ -54,6 +54,7 @@ DEFAULT_TIMEOUT_S = 60.0
 SEED_SPACE = 2**32
 MAX_VECTOR_ENVS = 2**20  # a vector env reset with seed s seeds its env i with s + i
 START_TIMEOUT_S = 120.0  # a worker's start imports and builds its envs: a slower answer than a step's
+ON_ERROR_CHOICES = ("stop", "restart")  # env.on_error of every host env: end the run, or new envs
 CLOSE_GRACE_S = 1.0  # how long close() waits for workers to close their envs before terminating them
 
 
