@@ -74,8 +74,9 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
             check_writable_dir(Path(value), key)
 
 
-# keys whose names the schema cannot know in advance (a gymnax env's own params): added, not overridden
-OPEN_KEYS = ("env.params.",)
+# keys whose names the schema cannot know in advance (a gymnax env's own params, custom Ray resources): added,
+# not overridden
+OPEN_KEYS = ("env.params.", "ray.actor_resources.")
 
 
 def with_open_keys_added(argv: Sequence[str]) -> list[str]:

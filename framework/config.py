@@ -10,7 +10,7 @@ import dataclasses
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -83,6 +83,70 @@ class RuntimeConfig:
         check_number("runtime.timeout_s", self.timeout_s, 0, low_inclusive=False)
 
 
+ACTOR_FLEETS = ("threads", "ray")
+# every listener of a local Ray head that a key pins (README "Running on a Ray cluster" lists them)
+RAY_PORT_KEYS = ("port", "node_manager_port", "object_manager_port", "runtime_env_agent_port",
+                 "dashboard_agent_grpc_port", "dashboard_agent_listen_port", "metrics_export_port",
+                 "client_server_port", "dashboard_port", "autoscaler_metric_port")
+
+
+@dataclasses.dataclass
+class RayConfig:
+    """actors=ray (framework/ray_actors.py): each actor slot (a share of every seed's env columns) steps its envs
+    in a Ray actor process anywhere in the cluster; the learner stays in this process on its device."""
+
+    # null: start a local head (ports below, a per-run token); auto or host:port: join a running cluster
+    address: Optional[str] = None
+    num_actors: int = 2  # actor slots, each a Ray actor process with num_envs / num_actors of every seed's envs
+    num_cpus_per_actor: float = 1.0
+    actor_resources: Dict[str, float] = dataclasses.field(default_factory=dict)  # custom resources each actor asks for
+    blocks_in_flight: int = 2  # blocks asked of an actor ahead of the learner (free mode; lockstep: 1)
+    max_restarts: int = 3  # times an actor slot is reopened (a dead process replaced, or moved off a lost node)
+    min_actors: int = 1  # fewer live actor processes than this stops the run
+    start_timeout_s: float = 60.0  # longest an actor process may take to start (import, envs) before it is given up
+    # the token file of the cluster joined (its RAY_AUTH_TOKEN_PATH); a local head writes a fresh one per run
+    token_file: Optional[str] = None
+    num_cpus: Optional[int] = None  # the local head's CPUs (null: the machine's)
+    node_ip_address: str = "127.0.0.1"  # the local head's address (Ray still binds most listeners to every interface)
+    temp_dir: Optional[str] = None  # the local head's session dir (null: a short dir under /tmp; sockets live there)
+    dashboard: bool = False
+    port: int = 46379  # GCS: the cluster's address
+    node_manager_port: int = 46380  # raylet
+    object_manager_port: int = 46381
+    runtime_env_agent_port: int = 46382
+    dashboard_agent_grpc_port: int = 46383
+    dashboard_agent_listen_port: int = 46384
+    metrics_export_port: int = 46385
+    client_server_port: int = 46386  # Ray Client (ray://)
+    dashboard_port: int = 46387  # only with dashboard=true
+    autoscaler_metric_port: int = 46388  # the head's autoscaler monitor (Ray's AUTOSCALER_METRIC_PORT)
+    min_worker_port: int = 46400  # every worker process (actors and the driver) listens on one port of this range
+    max_worker_port: int = 46499
+
+    def validate(self) -> None:
+        check(self.address is None or self.address == "auto" or is_host_port(self.address), "ray.address",
+              self.address, "null (start a local head), auto (the cluster this machine belongs to) or host:port")
+        check_positive_int("ray.num_actors", self.num_actors)
+        check_number("ray.num_cpus_per_actor", self.num_cpus_per_actor, 0, low_inclusive=False)
+        check(isinstance(self.actor_resources, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in self.actor_resources.values()),
+            "ray.actor_resources", self.actor_resources, "a mapping of custom resource names to amounts > 0")
+        check_positive_int("ray.blocks_in_flight", self.blocks_in_flight)
+        check_positive_int("ray.max_restarts", self.max_restarts, minimum=0)
+        check_positive_int("ray.min_actors", self.min_actors)
+        check(self.min_actors <= self.num_actors, "ray.min_actors", self.min_actors,
+              f"at most ray.num_actors ({self.num_actors})")
+        check_number("ray.start_timeout_s", self.start_timeout_s, 0, low_inclusive=False)
+        if self.num_cpus is not None:
+            check_positive_int("ray.num_cpus", self.num_cpus)
+        for key in (*RAY_PORT_KEYS, "min_worker_port", "max_worker_port"):
+            check_positive_int(f"ray.{key}", getattr(self, key), minimum=1024)
+            check(getattr(self, key) <= 65535, f"ray.{key}", getattr(self, key), "a port 1024-65535")
+        check(self.max_worker_port - self.min_worker_port >= 2 * self.num_actors + 4, "ray.max_worker_port",
+              self.max_worker_port, f"at least ray.min_worker_port + {2 * self.num_actors + 4} (a port per worker "
+              "process: the actors, the driver and Ray's idle workers)")
+
+
 @dataclasses.dataclass
 class DistributedConfig:
     """Several processes (hosts) joined by `jax.distributed.initialize`; one process: nothing to do."""
@@ -134,6 +198,8 @@ class TrainConfig:
     progress: bool = True
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+    actors: str = "threads"  # host envs: actor threads in this process, or actor processes on Ray (ray.*)
+    ray: RayConfig = dataclasses.field(default_factory=RayConfig)
     resume: bool = False  # continue from the newest checkpoint in the run dir
     nan_policy: str = "stop"  # a non-finite loss or Q-value: stop (keeping the last good checkpoint) or warn
     # XLA programs cached on disk: a relaunch with the same shapes skips most of compilation
@@ -152,6 +218,9 @@ class TrainConfig:
             check_number("target_return", self.target_return)
         self.checkpoint.validate()
         self.runtime.validate()
+        check_choice("actors", self.actors, ACTOR_FLEETS)
+        if self.actors == "ray":
+            self.ray.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
 
 
@@ -192,6 +261,7 @@ def validated(cfg: DictConfig) -> TrainConfig:
     check_known_keys(cfg.distributed, DistributedConfig, "distributed.")
     check_known_keys(cfg.checkpoint, CheckpointConfig, "checkpoint.")
     check_known_keys(cfg.runtime, RuntimeConfig, "runtime.")
+    check_known_keys(cfg.ray, RayConfig, "ray.")
     train = _as_object(cfg)
     for group in ("env", "algo"):
         node = getattr(train, group)

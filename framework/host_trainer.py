@@ -57,9 +57,10 @@ def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name:
           "the host-env runtime runs one learner on one device")
     check(train.distributed.num_processes == 1, "distributed.num_processes", train.distributed.num_processes, "1",
           "the host-env runtime runs on one machine")
-    threads = train.runtime.num_actor_threads
-    check(parts.num_envs % threads == 0, "runtime.num_actor_threads", threads,
-          f"a divisor of the {parts.num_envs} envs of a seed", "every thread owns as many env columns")
+    key, slots = ("ray.num_actors", train.ray.num_actors) if train.actors == "ray" else (
+        "runtime.num_actor_threads", train.runtime.num_actor_threads)
+    check(parts.num_envs % slots == 0, key, slots, f"a divisor of the {parts.num_envs} envs of a seed",
+          "every actor owns as many env columns")
 
 
 def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[float]:
@@ -68,6 +69,11 @@ def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[floa
     if spi == "auto":
         return parts.samples_per_learn / (parts.block_steps * parts.num_envs)
     return None if spi is None else float(spi)
+
+
+def actor_slots(train: TrainConfig) -> int:
+    """How many shares of every seed's env columns act apart: actor threads, or Ray actor processes."""
+    return train.ray.num_actors if train.actors == "ray" else train.runtime.num_actor_threads
 
 
 class Report(NamedTuple):
@@ -89,7 +95,7 @@ class HostRun:
         self.train, self.env, self.algorithm = train, env, algorithm
         self.parts = parts = algorithm.actor_learner
         self.num_seeds = train.num_seeds
-        self.columns = column_order(parts.num_envs, train.runtime.num_actor_threads)
+        self.columns = column_order(parts.num_envs, actor_slots(train))
         self.programs = host_programs(algorithm, self.columns)
         self.block_items = parts.block_steps * parts.num_envs  # one seed's items of one round, all threads
         self.num_rounds = max(1, -(-train.total_env_steps // self.block_items))
@@ -110,7 +116,8 @@ class HostRun:
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
         self.learner_meter = Meter()
-        self.actors: list[Actor] = []
+        self.actors: list[Actor] = []  # or framework.ray_actors.RaySlot, with the same contract
+        self.fleet = None  # actors=ray: framework.ray_actors.RayFleet
         self.first_round = self.first_updates = 0  # where this process started (a resumed run: its checkpoint)
         self.stop_requested = False  # set by the main thread on a signal: the learner ends after its round
 
@@ -136,15 +143,29 @@ class HostRun:
         steps new episodes, not a replay of the first ones), and the first published parameters."""
         self.first_round, self.first_updates = self.rounds_inserted, self.learner_updates
         start = self.rounds_inserted * self.block_items
+        seeds = [derived_seed(self.train.seed, k, start) for k in range(len(self.columns))]
         try:
-            for k in range(len(self.columns)):
-                env_seed = derived_seed(self.train.seed, k, start)
+            if self.train.actors == "ray":
+                self.start_ray_slots(seeds)
+            for k, env_seed in enumerate(seeds if self.fleet is None else ()):
                 self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds, self.columns[k],
                                          env_seed, self.round_keys, self.timeout))
         except BaseException:
             self.close()
             raise
         self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
+
+    def start_ray_slots(self, seeds: list[int]) -> None:
+        """actors=ray: the cluster, a Ray actor process per slot (started at once), each slot opened in its own."""
+        from framework.ray_actors import RayFleet, RaySlot
+
+        self.fleet = RayFleet(self.train, self.timeout)
+        in_flight = 1 if self.train.runtime.mode == "lockstep" else self.train.ray.blocks_in_flight
+        processes = self.fleet.start_processes(len(seeds))
+        for k, (process, env_seed) in enumerate(zip(processes, seeds, strict=True)):
+            self.actors.append(RaySlot(self.fleet, process, k, env_seed, self.round_keys, self.rounds_inserted,
+                                       self.num_rounds, self.block_items, self.parts.block_steps,
+                                       self.programs.next_round, in_flight))
 
     # the learner side
 
@@ -227,6 +248,8 @@ class HostRun:
         finally:  # normally every actor has handed over its last block; else the stop ends their waits
             for incoming in queues:
                 incoming.stop("the learner stopped")
+            if self.fleet is not None:
+                self.fleet.stopped.set()
             for thread in threads:
                 thread.join(timeout)
 
@@ -245,6 +268,8 @@ class HostRun:
             previous = self.rounds_inserted * self.block_items
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
+            for actor in self.actors:  # Ray actor processes act their blocks at once
+                getattr(actor, "prefetch", lambda parameters: None)(acted_with)
             blocks = [actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors]
             with stop.progress.busy():
                 self.insert(blocks)
@@ -268,6 +293,10 @@ class HostRun:
             "runtime/actor_wait_fraction": float(np.mean([actor.meter.wait_fraction() for actor in self.actors])),
             "runtime/learner_wait_fraction": self.learner_meter.wait_fraction(),
             "runtime/env_restarts": sum(actor.restarts for actor in self.actors),
+            **({} if self.fleet is None else {"runtime/actor_restarts": self.fleet.actor_restarts,
+                                               "runtime/blocks_dropped": self.fleet.blocks_dropped,
+                                               "runtime/actor_processes": len(self.fleet.live),
+                                               "runtime/actor_nodes": len(set(self.fleet.live.values()))}),
         }
 
     def recent_return(self) -> float:
@@ -277,6 +306,8 @@ class HostRun:
     def close(self) -> None:
         for actor in self.actors:
             actor.close()
+        if self.fleet is not None:
+            self.fleet.close()
 
 
 def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_episodes: int,

@@ -125,6 +125,9 @@ def test_env_on_error_restart_restarts_the_envs_and_finishes(tmp_path):
     (["algo=tabular_q"], "env"),  # its grid cells: the registry refuses the pair before the host path is reached
     (["algo=dqn", "num_devices=2"], "num_devices"),
     (["algo=dqn", "runtime.num_actor_threads=3"], "runtime.num_actor_threads"),
+    (["algo=dqn", "actors=ray", "ray.num_actors=3"], "ray.num_actors"),  # refused before a cluster starts
+    (["algo=dqn", "actors=ray", "ray.min_actors=3"], "ray.min_actors"),
+    (["algo=dqn", "actors=processes"], "actors"),
 ])
 def test_what_the_host_path_refuses(overrides, key, tmp_path):
     with pytest.raises(ConfigError) as refused:

@@ -1,0 +1,210 @@
+"""actors=ray on a two-node Ray cluster, run by tests/test_ray_actors.py inside a private network namespace
+(`unshare -n`, loopback only): nothing it starts can be reached from outside.
+
+    python tests/ray_scenarios.py OUT_DIR
+
+One cluster (ray.cluster_utils.Cluster, token authentication on) for every scenario, each a `run.py` driver in a
+subprocess whose outcome is written to OUT_DIR/<scenario>.json:
+
+    lockstep        Ape-X on gymnasium CartPole with 3 Ray actors on both nodes, runtime.mode=lockstep, and the
+                    same run with 3 actor threads: their final policies
+    wrong_token     a driver joining with a token that is not the cluster's (run meanwhile)
+    sigkill         a free-running run whose actor process is SIGKILLed after its first log line
+    node_removal    a free-running run whose second node is removed after its first log line (the last scenario)
+    driver_killed   a driver with a local head (ray.address=null) SIGKILLed mid-run: what is left of its processes
+
+`python tests/ray_scenarios.py OUT_DIR ten_seeds SEED` runs only the slow check: Ape-X's defaults on 10 seeds,
+free running, 4 Ray actors over both nodes (OUT_DIR/ten_seeds.json).
+
+`python tests/ray_scenarios.py OUT_DIR listeners` (in the host namespace: the one scenario that must see the
+machine's interfaces) starts a local head as a run does, with one actor process, and writes every listening
+socket of the head's session and of the driver to OUT_DIR/listeners.json.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["algo=apex", "env=gymnasium", "algo.num_actors=3", "algo.envs_per_actor=1", "algo.rollout_length=16",
+         "algo.batch_size=32", "algo.learner_updates_per_iteration=4", "algo.learning_starts=256", "num_seeds=2",
+         "eval_every=1536", "log_every=768", "eval_episodes=2", "final_eval_episodes=3", "progress=false",
+         "compilation_cache=null"]
+RAY = ["actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.actor_resources.actor_slot=1",
+       "runtime.timeout_s=60"]
+# one actor slot on the head, two on the second node: actors on both nodes, and a removal loses two
+HEAD_RESOURCES, NODE_RESOURCES = {"actor_slot": 1}, {"actor_slot": 2}
+# a lost node noticed within seconds, not Ray's default ~30 s
+FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+                      "health_check_failure_threshold": 3}
+
+
+def driver(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
+    command = [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={run_dir}"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, run_dir: Path, timeout: float = 600) -> dict:
+    output, _ = process.communicate(timeout=timeout)
+    summary = run_dir / "summary.json"
+    return {"returncode": process.returncode, "output": output[-6000:],
+            "summary": json.loads(summary.read_text()) if summary.exists() else None}
+
+
+def wait_for_line(process: subprocess.Popen, needle: str, timeout: float = 300) -> str:
+    """Read the driver's output until a line holds `needle`; what was read (the rest stays in the pipe)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            break
+    return "".join(seen)
+
+
+def actor_processes() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if any("ActorProcess" in part for part in p.info["cmdline"]
+                                                                or ())]
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes whose command line mentions `marker` (a local head's session dir), and actor processes."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if process.info["status"] != psutil.STATUS_ZOMBIE and (marker in cmdline or "ActorProcess" in cmdline):
+            found.append(f"{process.pid} {cmdline[:120]}")
+    return found
+
+
+def lockstep(cluster_args: list[str], out: Path) -> dict:
+    lock = ["runtime.mode=lockstep", "total_env_steps=1536"]
+    ray_run = driver(out / "lockstep_ray", [*SMALL, *RAY, *cluster_args, *lock])
+    wrong = driver(out / "wrong_token", [*SMALL, *RAY, *cluster_args[:1], f"ray.token_file={out / 'wrong_token.txt'}",
+                                         "total_env_steps=768"])
+    threads_run = driver(out / "lockstep_threads", [*SMALL, *lock, "runtime.num_actor_threads=3"])
+    results = {"ray": finish(ray_run, out / "lockstep_ray"), "threads": finish(threads_run, out / "lockstep_threads")}
+    (out / "wrong_token.json").write_text(json.dumps(finish(wrong, out / "wrong_token")))
+    results["dirs"] = [str(out / "lockstep_ray"), str(out / "lockstep_threads")]
+    results["actors_left"] = len(actor_processes())
+    return results
+
+
+def sigkill(cluster_args: list[str], out: Path) -> dict:
+    process = driver(out / "sigkill", [*SMALL, *RAY, *cluster_args, "total_env_steps=4608"])
+    before = wait_for_line(process, "env steps")
+    victims = actor_processes()
+    if victims:
+        victims[0].send_signal(signal.SIGKILL)
+    result = finish(process, out / "sigkill")
+    result.update(output=before + result["output"], killed=len(victims) > 0, actors_left=len(actor_processes()))
+    return result
+
+
+def node_removal(cluster, node, cluster_args: list[str], out: Path) -> dict:
+    process = driver(out / "node_removal", [*SMALL, *RAY, *cluster_args, "total_env_steps=4608"])
+    before = wait_for_line(process, "env steps")
+    cluster.remove_node(node)
+    result = finish(process, out / "node_removal")
+    result.update(output=before + result["output"], actors_left=len(actor_processes()))
+    return result
+
+
+def ten_seeds(cluster_args: list[str], out: Path, seed: int) -> dict:
+    """The slow check: Ape-X's defaults, free running, 10 seeds, 4 Ray actors over both nodes."""
+    overrides = ["algo=apex", "env=gymnasium", "num_seeds=10", f"seed={seed}", "progress=false", "actors=ray",
+                 "ray.num_actors=4", "ray.num_cpus_per_actor=0.5", *cluster_args]
+    return finish(driver(out / "ten_seeds", overrides), out / "ten_seeds", timeout=1800)
+
+
+def driver_killed(out: Path) -> dict:
+    """A local head started by the driver itself (pinned ports, its own token), the driver SIGKILLed."""
+    run_dir = out / "driver_killed"
+    overrides = [*SMALL, "actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.num_cpus=2",
+                 f"ray.temp_dir={out / 'head'}", "total_env_steps=46080"]
+    process = driver(run_dir, overrides)
+    before = wait_for_line(process, "env steps")
+    running = leftovers(str(out / "head"))
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deadline, left = time.monotonic() + 30, running
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = leftovers(str(out / "head"))
+    return {"output": before, "running_before": running, "left": left}
+
+
+def listeners(out: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from framework.config import RayConfig
+    from framework.ray_cluster import connect
+
+    ray, head = connect(RayConfig(num_cpus=2), timeout_s=60)
+    try:
+        actor = ray.remote(num_cpus=0.5)(Probe).remote()
+        ray.get(actor.ping.remote(), timeout=60)
+        session = psutil.Process(head.reaper.pid).children(recursive=True)  # the workers are the raylet's
+        found = [{"name": process.name(), "cmdline": " ".join(process.cmdline())[:160], "ip": c.laddr.ip,
+                  "port": c.laddr.port}
+                 for process in [*session, psutil.Process()] for c in process.net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN]
+    finally:
+        ray.shutdown()
+        head.stop()
+    (out / "listeners.json").write_text(json.dumps({"listeners": found}))
+
+
+class Probe:
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def main(out: Path, only: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if only == ["listeners"]:
+        return listeners(out)
+    token = out / "token.txt"
+    token.write_text("lightspeed-test-token-" + os.urandom(8).hex())
+    token.chmod(0o600)
+    (out / "wrong_token.txt").write_text("not-the-cluster-token")
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0",
+                      RAY_enable_metrics_collection="0")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": HEAD_RESOURCES, "include_dashboard": False, "_system_config": FAST_HEALTH_CHECKS})
+    node = cluster.add_node(num_cpus=2, resources=NODE_RESOURCES)
+    cluster.wait_for_nodes()
+    cluster_args = [f"ray.address={cluster.address}", f"ray.token_file={token}"]
+    try:
+        scenarios = (("lockstep", lambda: lockstep(cluster_args, out)),
+                     ("sigkill", lambda: sigkill(cluster_args, out)),
+                     ("node_removal", lambda: node_removal(cluster, node, cluster_args, out)))
+        if only and only[0] == "ten_seeds":  # asked for alone (slow), with its seed base
+            scenarios = (("ten_seeds", lambda: ten_seeds(cluster_args, out, int(only[1]))),)
+        for name, scenario in scenarios:
+            if only and name not in only and name != "ten_seeds":
+                continue
+            start = time.monotonic()
+            result = scenario()
+            result["seconds"] = time.monotonic() - start
+            (out / f"{name}.json").write_text(json.dumps(result))
+    finally:
+        cluster.shutdown()
+    if only and "driver_killed" not in only:
+        return
+    start = time.monotonic()
+    result = driver_killed(out)
+    result["seconds"] = time.monotonic() - start
+    (out / "driver_killed.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])  # scenario names after the dir: only those

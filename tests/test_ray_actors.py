@@ -1,0 +1,161 @@
+"""actors=ray: Ray actor processes on a two-node cluster feed the driver's learner (framework/ray_actors.py).
+
+One cluster for the module: tests/ray_scenarios.py runs every scenario inside a private network namespace
+(`unshare -n`, loopback brought up), so nothing it starts is reachable from outside; each test reads one
+scenario's outcome. The listener test alone runs in the host namespace, against the README's table.
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import flax.serialization
+import jax
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from framework.config import RayConfig
+from framework.errors import ConfigError
+from framework.ray_cluster import check_ports_free
+
+SCENARIOS = ROOT / "tests" / "ray_scenarios.py"
+
+
+def in_private_namespace_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    if not in_private_namespace_works():
+        pytest.skip("needs `unshare -n` (a private network namespace: root, or user namespaces)")
+    out = tmp_path_factory.mktemp("ray")
+    script = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {out}"
+    result = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+
+
+def final_policies(run_dir: str, num_seeds: int = 2) -> list:
+    return [flax.serialization.msgpack_restore((ROOT / run_dir / "policies" / f"seed_{seed}" / "final.msgpack")
+                                               .read_bytes()) for seed in range(num_seeds)]
+
+
+def test_lockstep_on_two_nodes_equals_threads(outcomes):
+    """3 Ray actors on both nodes, lockstep: the run the 3 actor threads of one process make."""
+    result = outcomes["lockstep"]
+    ray_run, threads_run = result["ray"], result["threads"]
+    assert ray_run["returncode"] == 0, ray_run["output"]
+    assert threads_run["returncode"] == 0, threads_run["output"]
+    assert ray_run["summary"]["runtime"]["runtime/actor_nodes"] == 2
+    assert ray_run["summary"]["runtime"]["runtime/actor_processes"] == 3
+    for ray_seed, thread_seed in zip(*map(final_policies, result["dirs"]), strict=True):
+        for a, b in zip(jax.tree.leaves(ray_seed), jax.tree.leaves(thread_seed), strict=True):
+            if np.asarray(a).dtype.kind in "fiu":  # the arrays; the rest (names) equal
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            else:
+                assert a == b
+    finals = [[seed["final_eval_return"] for seed in run["summary"]["seeds"]] for run in (ray_run, threads_run)]
+    np.testing.assert_allclose(*finals, atol=1e-6)
+    assert result["actors_left"] == 0
+
+
+def test_a_driver_with_the_wrong_token_is_refused(outcomes):
+    result = outcomes["wrong_token"]
+    assert result["returncode"] == 2 and result["summary"] is None
+    assert "could not connect to the Ray cluster" in result["output"]
+    assert "Authentication token is missing or incorrect" in result["output"]  # Ray refused it, not a timeout
+    assert "Traceback" not in result["output"]
+
+
+def test_an_actor_killed_mid_run_is_replaced_and_the_run_ends_with_its_results(outcomes):
+    result = outcomes["sigkill"]
+    assert result["killed"], "no actor process was found to kill"
+    assert result["returncode"] == 0, result["output"]
+    summary = result["summary"]
+    assert summary["env_steps"] == 4608 and len(summary["seeds"]) == 2
+    assert all(np.isfinite(seed["final_eval_return"]) for seed in summary["seeds"])
+    runtime = summary["runtime"]
+    assert runtime["runtime/actor_restarts"] == 1 and runtime["runtime/actor_processes"] == 3
+    assert runtime["runtime/blocks_dropped"] >= 1  # blocks_in_flight=2: the dead process held some
+    assert "actor slot" in result["output"] and "died" in result["output"]
+    assert result["actors_left"] == 0
+
+
+def test_a_lost_node_is_a_log_line_and_fewer_actors(outcomes):
+    result = outcomes["node_removal"]
+    assert result["returncode"] == 0, result["output"]
+    assert "moves to a live process" in result["output"]
+    runtime = result["summary"]["runtime"]
+    assert result["summary"]["env_steps"] == 4608
+    assert runtime["runtime/actor_processes"] == 1 and runtime["runtime/actor_nodes"] == 1
+    assert runtime["runtime/actor_restarts"] == 2  # the removed node's two slots, reopened on the head's process
+
+
+def test_a_sigkilled_driver_leaves_no_ray_process_it_started(outcomes):
+    result = outcomes["driver_killed"]
+    names = " ".join(result["running_before"])
+    assert "gcs_server" in names and "raylet" in names and "ActorProcess" in names, names
+    assert result["left"] == []
+
+
+def readme_listeners() -> list[dict]:
+    """The rows of the README's listener table: what, key, port or range, where it binds."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### What a Ray head exposes"):]
+    rows = re.findall(r"^\| ([^|]+) \| `([\w.]+)`(?:-`([\w.]+)`)? \| (\d+)(?:-(\d+))? \| ([^|]+) \|", section, re.M)
+    return [{"what": what.strip(), "key": key, "low": int(low), "high": int(high or low), "binds": binds.strip()}
+            for what, key, _, low, high, binds in rows]
+
+
+def test_the_readme_lists_every_listener_of_a_local_head(tmp_path):
+    """In the host namespace: a local head started as a run starts it, with one actor; every socket it and the
+    driver listen on is a row of the README's table (port and bind address), and every always-on row is seen."""
+    result = subprocess.run([sys.executable, str(SCENARIOS), str(tmp_path), "listeners"], capture_output=True,
+                            text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads((tmp_path / "listeners.json").read_text())["listeners"]
+    rows = readme_listeners()
+    assert len(rows) >= 8
+    config = RayConfig()
+    for row in rows:  # the table's ports are the keys' defaults
+        assert getattr(config, row["key"].removeprefix("ray.")) == row["low"], row
+    every = {"::", "0.0.0.0"}
+    for listener in seen:
+        row = next((r for r in rows if r["low"] <= listener["port"] <= r["high"]), None)
+        assert row is not None, f"not in the README's table: {listener}"
+        assert (listener["ip"] in every) == row["binds"].startswith("every interface"), (listener, row)
+    always = [r for r in rows if "only with" not in r["binds"] and "not started" not in r["binds"]]
+    for row in always:
+        assert any(row["low"] <= listener["port"] <= row["high"] for listener in seen), f"nothing listens: {row}"
+
+
+def test_a_pinned_port_in_use_is_a_config_error_naming_its_key():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=r"ray\.object_manager_port"):
+            check_ports_free(RayConfig(object_manager_port=port))
+
+
+@pytest.mark.slow
+def test_ten_free_running_seeds_on_two_nodes_end_solved(tmp_path):
+    """Ape-X's defaults, free running, 4 Ray actors over both nodes, 10 seeds of a base never tuned on:
+    at least 9 final greedy evaluations (100 episodes each) at or above 475."""
+    if not in_private_namespace_works():
+        pytest.skip("needs `unshare -n` (a private network namespace: root, or user namespaces)")
+    script = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {tmp_path} ten_seeds 6061"
+    result = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=2400)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run = json.loads((tmp_path / "ten_seeds.json").read_text())
+    assert run["returncode"] == 0, run["output"]
+    finals = [seed["final_eval_return"] for seed in run["summary"]["seeds"]]
+    assert len(finals) == 10 and sum(final >= 475 for final in finals) >= 9, finals
+    assert run["summary"]["runtime"]["runtime/actor_nodes"] == 2
