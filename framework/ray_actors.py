@@ -185,8 +185,10 @@ class RayFleet:
 
 
 def cause_of(error: BaseException) -> str:
-    """A Ray error's first line (its full text carries the remote traceback)."""
-    return f"{type(error).__name__}: {first_line(error)}"
+    """A Ray error's first line and, when its text carries a remote traceback, the exception that ended it."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    last = f" ... {lines[-1]}" if len(lines) > 1 else ""
+    return f"{type(error).__name__}: {first_line(error)}{last}"
 
 
 class RaySlot:

@@ -159,3 +159,12 @@ def test_ten_free_running_seeds_on_two_nodes_end_solved(tmp_path):
     finals = [seed["final_eval_return"] for seed in run["summary"]["seeds"]]
     assert len(finals) == 10 and sum(final >= 475 for final in finals) >= 9, finals
     assert run["summary"]["runtime"]["runtime/actor_nodes"] == 2
+
+
+def test_an_actor_process_refuses_a_driver_of_other_versions():
+    from framework.ray_actors import ActorProcess
+    from framework.ray_cluster import versions
+
+    driver = {**versions(), "jax": "0.0.1"}
+    with pytest.raises(RuntimeError, match=r"the driver .*'jax': '0.0.1'.*lightspeed, jax and Python"):
+        ActorProcess(None, driver)
