@@ -25,6 +25,7 @@ from framework.config import RAY_PORT_KEYS, RayConfig
 from framework.errors import ConfigError, check
 
 TOKEN_NAME = "auth_token"
+MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store stays under 107 bytes
 # no usage report (nothing may call out) and no metrics exporter (its agent retries noisily without a dashboard)
 HEAD_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0"}
 
@@ -110,6 +111,9 @@ class LocalHead:
     def __init__(self, config: RayConfig):
         check_ports_free(config)
         # unix socket paths must stay under ~107 bytes: a short dir, not the run dir
+        check(config.temp_dir is None or len(str(config.temp_dir)) <= MAX_TEMP_DIR, "ray.temp_dir", config.temp_dir,
+              f"null or a path of at most {MAX_TEMP_DIR} characters", "Ray's unix sockets live under it, and a "
+              "socket path may not exceed 107 bytes")
         self.temp_dir = Path(config.temp_dir or tempfile.mkdtemp(prefix="lsray-", dir="/tmp"))
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = self.temp_dir / TOKEN_NAME

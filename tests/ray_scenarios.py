@@ -22,9 +22,11 @@ socket of the head's session and of the driver to OUT_DIR/listeners.json.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -127,17 +129,19 @@ def ten_seeds(cluster_args: list[str], out: Path, seed: int) -> dict:
 def driver_killed(out: Path) -> dict:
     """A local head started by the driver itself (pinned ports, its own token), the driver SIGKILLed."""
     run_dir = out / "driver_killed"
+    head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))  # short: Ray's unix sockets live under it
     overrides = [*SMALL, "actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.num_cpus=2",
-                 f"ray.temp_dir={out / 'head'}", "total_env_steps=46080"]
+                 f"ray.temp_dir={head_dir}", "total_env_steps=46080"]
     process = driver(run_dir, overrides)
     before = wait_for_line(process, "env steps")
-    running = leftovers(str(out / "head"))
+    running = leftovers(str(head_dir))
     process.send_signal(signal.SIGKILL)
     process.wait()
     deadline, left = time.monotonic() + 30, running
     while left and time.monotonic() < deadline:
         time.sleep(1)
-        left = leftovers(str(out / "head"))
+        left = leftovers(str(head_dir))
+    shutil.rmtree(head_dir, ignore_errors=True)  # a SIGKILLed driver could not remove it
     return {"output": before, "running_before": running, "left": left}
 
 
