@@ -220,6 +220,8 @@ class TrainConfig:
         self.runtime.validate()
         check_choice("actors", self.actors, ACTOR_FLEETS)
         if self.actors == "ray":
+            check(importlib.util.find_spec("ray") is not None, "actors", self.actors, "threads (actor threads in "
+                  "this process), or ray once it is installed: pip install -e '.[ray]'", "Ray is not installed")
             self.ray.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
 

@@ -197,6 +197,9 @@ class Actor:
             params, version = parameters()
         return self.programs.stack(items), None if priorities[0] is None else self.programs.stack(priorities)
 
+    def prefetch(self, parameters: Callable[[], tuple[Any, int]]) -> None:
+        """Nothing: a thread acts its block when asked (a Ray slot asks its process ahead)."""
+
     def recent_returns(self) -> list[Optional[float]]:
         """Each seed's mean return over its last 10 finished episodes (None before the first)."""
         return [float(np.mean(returns[-10:])) if returns else None for returns in self.finished]

@@ -57,8 +57,7 @@ def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name:
           "the host-env runtime runs one learner on one device")
     check(train.distributed.num_processes == 1, "distributed.num_processes", train.distributed.num_processes, "1",
           "the host-env runtime runs on one machine")
-    key, slots = ("ray.num_actors", train.ray.num_actors) if train.actors == "ray" else (
-        "runtime.num_actor_threads", train.runtime.num_actor_threads)
+    key, slots = actor_slots(train)
     check(parts.num_envs % slots == 0, key, slots, f"a divisor of the {parts.num_envs} envs of a seed",
           "every actor owns as many env columns")
 
@@ -71,9 +70,11 @@ def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[floa
     return None if spi is None else float(spi)
 
 
-def actor_slots(train: TrainConfig) -> int:
-    """How many shares of every seed's env columns act apart: actor threads, or Ray actor processes."""
-    return train.ray.num_actors if train.actors == "ray" else train.runtime.num_actor_threads
+def actor_slots(train: TrainConfig) -> tuple[str, int]:
+    """(its key, how many) shares of every seed's env columns act apart: actor threads, or Ray actor processes."""
+    if train.actors == "ray":
+        return "ray.num_actors", train.ray.num_actors
+    return "runtime.num_actor_threads", train.runtime.num_actor_threads
 
 
 class Report(NamedTuple):
@@ -95,7 +96,7 @@ class HostRun:
         self.train, self.env, self.algorithm = train, env, algorithm
         self.parts = parts = algorithm.actor_learner
         self.num_seeds = train.num_seeds
-        self.columns = column_order(parts.num_envs, actor_slots(train))
+        self.columns = column_order(parts.num_envs, actor_slots(train)[1])
         self.programs = host_programs(algorithm, self.columns)
         self.block_items = parts.block_steps * parts.num_envs  # one seed's items of one round, all threads
         self.num_rounds = max(1, -(-train.total_env_steps // self.block_items))
@@ -147,9 +148,10 @@ class HostRun:
         try:
             if self.train.actors == "ray":
                 self.start_ray_slots(seeds)
-            for k, env_seed in enumerate(seeds if self.fleet is None else ()):
-                self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds, self.columns[k],
-                                         env_seed, self.round_keys, self.timeout))
+            else:
+                for k, env_seed in enumerate(seeds):
+                    self.actors.append(Actor(k, self.env, self.programs, self.parts, self.num_seeds,
+                                             self.columns[k], env_seed, self.round_keys, self.timeout))
         except BaseException:
             self.close()
             raise
@@ -269,7 +271,7 @@ class HostRun:
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
             for actor in self.actors:  # Ray actor processes act their blocks at once
-                getattr(actor, "prefetch", lambda parameters: None)(acted_with)
+                actor.prefetch(acted_with)
             blocks = [actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors]
             with stop.progress.busy():
                 self.insert(blocks)

@@ -32,6 +32,7 @@ from framework.runtime import RuntimeStopped, RuntimeWaitTimeout
 ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1",
                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 POLL_SECONDS = 0.5  # a waiting slot looks at the run's stop this often
+CLOSE_SECONDS = 10.0  # for the actor processes to close their envs before they are killed
 
 
 class ActorProcess:
@@ -173,10 +174,14 @@ class RayFleet:
         return {node["NodeID"]: node["Alive"] for node in self.ray.nodes()}
 
     def close(self) -> None:
-        """Every actor process killed and, if this run started it, the local head stopped."""
+        """Every actor process's envs closed (env worker processes end with them), the processes killed and, if
+        this run started it, the local head stopped."""
         self.stopped.set()
         with self.lock:
             handles, self.live = list(self.live), {}
+        if handles:
+            closing = [handle.close.remote() for handle in handles]
+            self.ray.wait(closing, num_returns=len(closing), timeout=CLOSE_SECONDS)
         for handle in handles:
             self.ray.kill(handle)
         self.ray.shutdown()
@@ -206,7 +211,7 @@ class RaySlot:
         self.restarts = 0  # env restarts inside the process (env.on_error=restart), as an Actor counts them
         self.actor_restarts = 0  # times this slot was reopened after its process died
         self.round, self.round_keys = first_round, round_keys  # the next round to deliver, its keys
-        self.pending: collections.deque = collections.deque()  # (round, version, future), oldest first
+        self.pending: collections.deque = collections.deque()  # (version, future) of the next rounds, oldest first
         self.process = process
         if process is None:
             raise HostRunError(f"no Ray actor process started within ray.start_timeout_s="
@@ -228,7 +233,7 @@ class RaySlot:
                 return
             reference = self.fleet.put_params(params, version)
             future = self.process.block.remote(self.index, round_index * self.block_items, reference, version)
-            self.pending.append((round_index, version, future))
+            self.pending.append((version, future))
 
     prefetch = top_up  # lockstep asks every slot first, then waits for each: the processes act at once
 
@@ -238,7 +243,7 @@ class RaySlot:
         assert env_steps == self.round * self.block_items, (env_steps, self.round)
         while True:
             self.top_up(parameters)
-            _, version, future = self.pending[0]
+            version, future = self.pending[0]
             try:
                 result = self.fleet.result(future, f"the Ray actor process of actor slot {self.index}")
                 break

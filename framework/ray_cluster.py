@@ -30,16 +30,6 @@ MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store st
 HEAD_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0"}
 
 
-def import_ray() -> Any:
-    """Ray, or the one-paragraph error naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("actors", "ray", "threads (actor threads in this process), or ray once it is installed: "
-                          "pip install -e '.[ray]'", "Ray is not installed") from None
-    return ray
-
-
 def versions() -> dict:
     """What a driver and its actor processes must agree on: a block's layout and the programs' maths."""
     import jax
@@ -158,12 +148,8 @@ def connect(config: RayConfig, timeout_s: float) -> tuple[Any, Optional[LocalHea
     else:
         use_token(config.token_file)
         address = config.address
-    try:
-        ray = import_ray()
-    except ConfigError:
-        if head is not None:
-            head.stop()
-        raise
+    import ray  # after the token is set: Ray reads it at import (config validation checked that it is installed)
+
     try:
         if address != "auto":  # ray.init retries an address that does not answer for minutes: wait here instead
             wait_for_listener(address, timeout_s, head)
