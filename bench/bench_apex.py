@@ -11,7 +11,9 @@
    (XLA_FLAGS) sharing the same cores.
    References: the Ape-X paper's whole-cluster rates (360 actors on 376 cores and a GPU, about
    50K env frames/s and 19 batches of 512/s) and RLlib 2.8.1's Ape-X on this 2-core CPU (its tuned
-   CartPole example: about 1,000 env steps/s and 7 batches of 512/s, as measured for the issue).
+   CartPole example with 4 workers x 8 envs and training_intensity 8: 560 env steps/s and 8.4 batches of
+   512/s, measured by bench/bench_ray.py on 2026-12-03; issue 27 had read 0.9-1.0k env steps/s with 3 workers,
+   a helper 248-318 with 3 workers x 1 env).
 2. Solve, under the evaluation protocol: `run.py algo=apex env=cartpole num_seeds=10` and the same
    with `algo=dqn` (each with its defaults) in this bench run, as bench_dqn.py measures DQN: launch
    to every seed sustained-solved (3 evaluations in a row >= 475) cold and relaunched with a filled
@@ -31,7 +33,7 @@ from shared import REPO_ROOT, format_rate, print_machine, print_protocol_table, 
 POPULATIONS = ((8, 4, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1), (16, 16, 8, 4), (64, 16, 8, 4))
 CALLS_PER_ROUND, ROUNDS = 3, 3
 PAPER_ENV_STEPS, PAPER_BATCHES = 50_000, 19
-RLLIB_ENV_STEPS, RLLIB_BATCHES = 1_000, 7
+RLLIB_ENV_STEPS, RLLIB_BATCHES = 560, 8.4  # bench_ray.py's run of 2026-12-03 (bench/README.md)
 TARGET = 475.0
 
 
@@ -93,7 +95,7 @@ def print_throughput(results: list[dict]) -> None:
             for r in results]
     rows += [["Ape-X paper, whole cluster (376 cores + GPU)", "", "", "", format_rate(PAPER_ENV_STEPS),
               f"{PAPER_BATCHES}", ""],
-             ["RLlib 2.8.1 Ape-X, this CPU, 3 workers", "", "", "", format_rate(RLLIB_ENV_STEPS),
+             ["RLlib 2.8.1 Ape-X, this CPU, 4 workers x 8 envs", "", "", "", format_rate(RLLIB_ENV_STEPS),
               f"{RLLIB_BATCHES}", ""]]
     print_table("1. Ape-X throughput on CartPole, the default network (dueling 64x64 MLP, LayerNorm), learner batch "
                 "512 (best of 3 rounds)",

@@ -12,9 +12,11 @@ subprocess whose outcome is written to OUT_DIR/<scenario>.json:
     sigkill         a free-running run whose actor process is SIGKILLed after its first log line
     node_removal    a free-running run whose second node is removed after its first log line (the last scenario)
     driver_killed   a driver with a local head (ray.address=null) SIGKILLed mid-run: what is left of its processes
+    sigterm_resume  the same SIGTERMed mid-run: its exit, checkpoint and leftovers; then `resume=true` to the end
 
-`python tests/ray_scenarios.py OUT_DIR ten_seeds SEED` runs only the slow check: Ape-X's defaults on 10 seeds,
-free running, 4 Ray actors over both nodes (OUT_DIR/ten_seeds.json).
+`python tests/ray_scenarios.py OUT_DIR ten_seeds SEED [sigkill]` runs only the slow check: Ape-X's defaults on 10
+seeds, free running, 4 Ray actors over both nodes (OUT_DIR/ten_seeds.json); with `sigkill`, one actor process is
+SIGKILLed once the run logs half its env steps (OUT_DIR/ten_seeds_sigkill.json).
 
 `python tests/ray_scenarios.py OUT_DIR listeners` (in the host namespace: the one scenario that must see the
 machine's interfaces) starts a local head as a run does, with one actor process, and writes every listening
@@ -119,30 +121,60 @@ def node_removal(cluster, node, cluster_args: list[str], out: Path) -> dict:
     return result
 
 
-def ten_seeds(cluster_args: list[str], out: Path, seed: int) -> dict:
-    """The slow check: Ape-X's defaults, free running, 10 seeds, 4 Ray actors over both nodes."""
+def ten_seeds(cluster_args: list[str], out: Path, seed: int, kill: bool) -> dict:
+    """The slow check: Ape-X's defaults, free running, 10 seeds, 4 Ray actors over both nodes; `kill`: an actor
+    process SIGKILLed at the first log line past half the run's env steps."""
+    name = "ten_seeds_sigkill" if kill else "ten_seeds"
     overrides = ["algo=apex", "env=gymnasium", "num_seeds=10", f"seed={seed}", "progress=false", "actors=ray",
                  "ray.num_actors=4", "ray.num_cpus_per_actor=0.5", *cluster_args]
-    return finish(driver(out / "ten_seeds", overrides), out / "ten_seeds", timeout=1800)
+    process, before, killed_at = driver(out / name, overrides), "", None
+    while kill and killed_at is None:
+        line = wait_for_line(process, "env steps", timeout=1800)
+        before += line
+        logged = line.split("env steps")[0].split()
+        if not logged:  # the run ended (or failed) before half-way
+            break
+        if int(logged[-1].replace(",", "")) >= 50_000:  # half of the default 100k
+            victims = actor_processes()
+            victims[0].send_signal(signal.SIGKILL)
+            killed_at = int(logged[-1].replace(",", ""))
+    result = finish(process, out / name, timeout=1800)
+    result.update(output=before + result["output"], killed_at=killed_at)
+    return result
 
 
-def driver_killed(out: Path) -> dict:
-    """A local head started by the driver itself (pinned ports, its own token), the driver SIGKILLed."""
-    run_dir = out / "driver_killed"
+def local_head_run(head_dir: Path, total_env_steps: int) -> list[str]:
+    """A run whose driver starts its own local head (pinned ports, its own token) under `head_dir`."""
+    return [*SMALL, "actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.num_cpus=2",
+            f"ray.temp_dir={head_dir}", f"total_env_steps={total_env_steps}"]
+
+
+def stopped_mid_run(name: str, out: Path, sig: signal.Signals, total_env_steps: int, resume: bool = False) -> dict:
+    """A local-head driver sent `sig` at its first log line: its output and exit, the processes of its head before
+    and what is left of them 30 s later; `resume`: then the same run with resume=true, to its end."""
+    run_dir = out / name
     head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))  # short: Ray's unix sockets live under it
-    overrides = [*SMALL, "actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.num_cpus=2",
-                 f"ray.temp_dir={head_dir}", "total_env_steps=46080"]
-    process = driver(run_dir, overrides)
+    process = driver(run_dir, local_head_run(head_dir, total_env_steps))
     before = wait_for_line(process, "env steps")
     running = leftovers(str(head_dir))
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    process.send_signal(sig)
+    rest, _ = process.communicate(timeout=300)
     deadline, left = time.monotonic() + 30, running
     while left and time.monotonic() < deadline:
         time.sleep(1)
         left = leftovers(str(head_dir))
     shutil.rmtree(head_dir, ignore_errors=True)  # a SIGKILLed driver could not remove it
-    return {"output": before, "running_before": running, "left": left}
+    result = {"output": before + rest, "returncode": process.returncode, "running_before": running, "left": left}
+    if resume:
+        summary = run_dir / "summary.json"
+        result["stopped_summary"] = json.loads(summary.read_text()) if summary.exists() else None
+        result["checkpoints"] = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+        head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))
+        resumed = driver(run_dir, [*local_head_run(head_dir, total_env_steps), "resume=true"])
+        result["resumed"] = finish(resumed, run_dir)
+        result["left_after_resume"] = leftovers(str(head_dir))
+        shutil.rmtree(head_dir, ignore_errors=True)
+    return result
 
 
 def listeners(out: Path) -> None:
@@ -191,10 +223,12 @@ def main(out: Path, only: list[str]) -> None:
         scenarios = (("lockstep", lambda: lockstep(cluster_args, out)),
                      ("sigkill", lambda: sigkill(cluster_args, out)),
                      ("node_removal", lambda: node_removal(cluster, node, cluster_args, out)))
-        if only and only[0] == "ten_seeds":  # asked for alone (slow), with its seed base
-            scenarios = (("ten_seeds", lambda: ten_seeds(cluster_args, out, int(only[1]))),)
+        if only and only[0] == "ten_seeds":  # asked for alone (slow), with its seed base (and the kill)
+            kill = only[2:] == ["sigkill"]
+            scenarios = (("ten_seeds_sigkill" if kill else "ten_seeds",
+                          lambda: ten_seeds(cluster_args, out, int(only[1]), kill)),)
         for name, scenario in scenarios:
-            if only and name not in only and name != "ten_seeds":
+            if only and name not in only and not name.startswith("ten_seeds"):
                 continue
             start = time.monotonic()
             result = scenario()
@@ -202,12 +236,15 @@ def main(out: Path, only: list[str]) -> None:
             (out / f"{name}.json").write_text(json.dumps(result))
     finally:
         cluster.shutdown()
-    if only and "driver_killed" not in only:
-        return
-    start = time.monotonic()
-    result = driver_killed(out)
-    result["seconds"] = time.monotonic() - start
-    (out / "driver_killed.json").write_text(json.dumps(result))
+    for name, scenario in (("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
+                           ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
+                                                                      resume=True))):
+        if only and name not in only:
+            continue
+        start = time.monotonic()
+        result = scenario()
+        result["seconds"] = time.monotonic() - start
+        (out / f"{name}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
