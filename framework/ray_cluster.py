@@ -28,6 +28,7 @@ TOKEN_NAME = "auth_token"
 MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store stays under 107 bytes
 # no usage report (nothing may call out) and no metrics exporter (its agent retries noisily without a dashboard)
 HEAD_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0"}
+TOKEN_REFUSED = "Authentication token is missing or incorrect"  # what Ray's C++ client logs, once a second
 
 
 def versions() -> dict:
@@ -150,18 +151,42 @@ def connect(config: RayConfig, timeout_s: float) -> tuple[Any, Optional[LocalHea
         address = config.address
     import ray  # after the token is set: Ray reads it at import (config validation checked that it is installed)
 
+    connecting = tempfile.TemporaryFile(mode="w+")
     try:
         if address != "auto":  # ray.init retries an address that does not answer for minutes: wait here instead
             wait_for_listener(address, timeout_s, head)
-        ray.init(address=address, namespace="lightspeed", log_to_driver=True, configure_logging=False)
+        with stderr_to(connecting):  # Ray's C++ client logs every failed try there: not before our paragraph
+            ray.init(address=address, namespace="lightspeed", log_to_driver=True, configure_logging=False)
     except Exception as error:  # noqa: BLE001 - Ray's connection errors have no common type
         if head is not None:
             head.stop()
+        connecting.seek(0)
+        refused = " (the cluster refused this run's token: Ray said \"" + TOKEN_REFUSED + "\")" if (
+            TOKEN_REFUSED in connecting.read()) else ""
         raise ConfigError("ray.address", config.address, "null (a local head, its ports free: ray.port, ...), auto "
                           "or host:port of a running cluster, with its token (ray.token_file or RAY_AUTH_TOKEN_PATH)",
-                          f"could not connect to the Ray cluster at {address}: {type(error).__name__}: "
+                          f"could not connect to the Ray cluster at {address}{refused}: {type(error).__name__}: "
                           f"{first_line(error)}") from None
+    else:  # connected: what Ray said meanwhile is the user's to read
+        connecting.seek(0)
+        sys.stderr.write(connecting.read())
+    finally:
+        connecting.close()
     return ray, head
+
+
+@contextlib.contextmanager
+def stderr_to(file: Any):
+    """File descriptor 2 (Python's and C++'s writes alike) into `file` for the block; restored after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(file.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def first_line(error: BaseException) -> str:
