@@ -141,8 +141,13 @@ class RayFleet:
             self.live.pop(handle, None)
 
     def any_live(self) -> Any:
-        """A live process to take a slot whose process could not be replaced."""
+        """A live process to take a slot whose process could not be replaced: one on a node Ray still counts alive
+        (a lost node's other processes are not yet known dead)."""
+        alive = self.nodes_alive()
         with self.lock:
+            for handle, node in list(self.live.items()):
+                if not alive.get(node, False):
+                    self.live.pop(handle)
             if len(self.live) < self.config.min_actors:
                 raise HostRunError(f"only {len(self.live)} of the {self.config.num_actors} Ray actor processes are "
                                    f"left, fewer than ray.min_actors={self.config.min_actors}")
@@ -288,8 +293,14 @@ class RaySlot:
                   f"ray.start_timeout_s={fleet.config.start_timeout_s} s (a lost node?): actor slot {self.index} "
                   f"moves to a live process, {len(fleet.live)} of {fleet.config.num_actors} processes left",
                   file=sys.stderr, flush=True)
-        self.process = process
-        self.open(process, derived_seed(self.env_seed, self.round * self.block_items, self.actor_restarts))
+        env_seed = derived_seed(self.env_seed, self.round * self.block_items, self.actor_restarts)
+        while True:  # the live process chosen may die before it opens the slot (its node going too): the next one
+            self.process = process
+            try:
+                return self.open(process, env_seed)
+            except fleet.ray.exceptions.RayActorError:
+                fleet.lost(process)
+                process = fleet.any_live()
 
     recent_returns = Actor.recent_returns  # it reads `finished` only
 
