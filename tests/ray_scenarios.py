@@ -134,10 +134,10 @@ def ten_seeds(cluster_args: list[str], out: Path, seed: int, kill: bool) -> dict
         logged = line.split("env steps")[0].split()
         if not logged:  # the run ended (or failed) before half-way
             break
-        if int(logged[-1].replace(",", "")) >= 50_000:  # half of the default 100k
-            victims = actor_processes()
-            victims[0].send_signal(signal.SIGKILL)
-            killed_at = int(logged[-1].replace(",", ""))
+        steps = int(logged[-1].replace(",", ""))
+        if steps >= 50_000:  # half of the default 100k
+            actor_processes()[0].send_signal(signal.SIGKILL)
+            killed_at = steps
     result = finish(process, out / name, timeout=1800)
     result.update(output=before + result["output"], killed_at=killed_at)
     return result
@@ -224,21 +224,20 @@ def main(out: Path, only: list[str]) -> None:
                      ("sigkill", lambda: sigkill(cluster_args, out)),
                      ("node_removal", lambda: node_removal(cluster, node, cluster_args, out)))
         if only and only[0] == "ten_seeds":  # asked for alone (slow), with its seed base (and the kill)
-            kill = only[2:] == ["sigkill"]
-            scenarios = (("ten_seeds_sigkill" if kill else "ten_seeds",
-                          lambda: ten_seeds(cluster_args, out, int(only[1]), kill)),)
-        for name, scenario in scenarios:
-            if only and name not in only and not name.startswith("ten_seeds"):
-                continue
-            start = time.monotonic()
-            result = scenario()
-            result["seconds"] = time.monotonic() - start
-            (out / f"{name}.json").write_text(json.dumps(result))
+            seed, kill = int(only[1]), only[2:] == ["sigkill"]
+            only = ["ten_seeds_sigkill" if kill else "ten_seeds"]
+            scenarios = ((only[0], lambda: ten_seeds(cluster_args, out, seed, kill)),)
+        run_and_write(scenarios, only, out)
     finally:
         cluster.shutdown()
-    for name, scenario in (("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
-                           ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
-                                                                      resume=True))):
+    run_and_write((("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
+                   ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
+                                                              resume=True))), only, out)
+
+
+def run_and_write(scenarios: tuple, only: list[str], out: Path) -> None:
+    """Each (name, scenario) asked for (all when `only` is empty), its outcome and seconds to OUT_DIR/<name>.json."""
+    for name, scenario in scenarios:
         if only and name not in only:
             continue
         start = time.monotonic()
