@@ -9,8 +9,11 @@ processes on a local head started by the run (`actors=ray ray.num_actors=K`, hal
 2.8.1's Ape-X (bench/rllib_apex.py) with K rollout workers holding as many envs in all and its
 training_intensity at the same samples per insert, for --rllib-seconds of training.
 
-Rates are the runs' own: env steps/s over the training time (evaluations included for ours, excluded for
-RLlib's), learner batches/s (of 128 for ours, of RLlib's train_batch_size for it). Time to 475 is the wall time
+Rates, two ways. After start-up, RLlib's way: its sampled env steps over the time inside its train() calls (its
+start-up and evaluations excluded), ours from the run's first log line to its last (Ray's start, the actor
+processes' start, compilation and the first log interval excluded; the periodic evaluations run beside the
+training and stay in). From launch: env steps over the whole process's wall time, start-up included. Learner
+batches/s after start-up (of 128 for ours, of RLlib's train_batch_size for it). Time to 475 is the wall time
 of the first periodic evaluation at or above 475: from launch for ours (Ray's start and compilation included),
 from the first train() call for RLlib (its start-up, printed apart, excluded). The final return is ours'
 final greedy evaluation over 100 episodes, RLlib's greedy mean at its end.
@@ -46,6 +49,17 @@ def first_crossing(run_dir: Path, target: float) -> float | None:
     return None
 
 
+def after_start_up(run_dir: Path) -> tuple[float, float, float]:
+    """(env steps/s, learner batches/s, seconds to the first report) from the run's first log line to its last:
+    start-up and compilation excluded, as RLlib's rate excludes its start-up (its evaluations are excluded too;
+    ours run beside the training and stay in)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0], records[-1]
+    seconds = last["perf/wall_seconds"] - first["perf/wall_seconds"]
+    updates = last["runtime/learner_updates"] - first["runtime/learner_updates"]
+    return (last["env_steps"] - first["env_steps"]) / seconds, updates / seconds, first["perf/wall_seconds"]
+
+
 def ours(fleet: str, actors: int, seed: int, env_steps: int) -> dict:
     fleet_args = (["actors=ray", f"ray.num_actors={actors}", "ray.num_cpus_per_actor=0.5", "ray.num_cpus=2"]
                   if fleet == "ray" else [f"runtime.num_actor_threads={actors}"])
@@ -53,12 +67,13 @@ def ours(fleet: str, actors: int, seed: int, env_steps: int) -> dict:
                           *fleet_args, keep_dir=True)
     summary, run_dir = result["summary"], result["run_dir"]
     runtime = summary["runtime"]
-    row = {"fleet": fleet, "seed": seed, "env_steps_per_second": summary["env_steps_per_second"],
-           "learner_batches_per_second": runtime["runtime/learner_batches_per_second"],
+    steady_env, steady_learner, first_report = after_start_up(run_dir)
+    row = {"fleet": fleet, "seed": seed, "steady_env_steps_per_second": steady_env,
+           "steady_learner_batches_per_second": steady_learner, "first_report": first_report,
+           "launch_env_steps_per_second": summary["env_steps"] / result["process_seconds"],
            "seconds_to_target": first_crossing(run_dir, TARGET), "final": summary["final_eval_return"],
            "wall": result["process_seconds"], "actor_wait": runtime["runtime/actor_wait_fraction"],
-           "learner_wait": runtime["runtime/learner_wait_fraction"],
-           "actor_rate": runtime["runtime/actor_env_steps_per_second"]}
+           "learner_wait": runtime["runtime/learner_wait_fraction"]}
     shutil.rmtree(run_dir, ignore_errors=True)
     return row
 
@@ -126,31 +141,43 @@ def main() -> None:
     for fleet, label in (("threads", f"lightspeed, {args.actors} actor threads"),
                          ("ray", f"lightspeed, {args.actors} Ray actors")):
         r = runs[fleet]
-        rows.append([label, format_rate(median(r, "env_steps_per_second")),
-                     f"{median(r, 'learner_batches_per_second'):.1f} x {BATCH}",
-                     format_value(median(r, "seconds_to_target"), ".0f"), f"{median(r, 'wall'):.0f}",
-                     " ".join(f"{row['final']:.0f}" for row in r)])
+        rows.append([label, format_rate(median(r, "steady_env_steps_per_second")),
+                     format_rate(median(r, "launch_env_steps_per_second")),
+                     f"{median(r, 'steady_learner_batches_per_second'):.1f} x {BATCH}",
+                     f"{median(r, 'first_report'):.0f}", format_value(median(r, "seconds_to_target"), ".0f"),
+                     f"{median(r, 'wall'):.0f}", " ".join(f"{row['final']:.0f}" for row in r)])
     if reference is not None:
+        wall = reference["wall_seconds"] + reference["startup_seconds"]
+        reference["launch_env_steps_per_second"] = reference["env_steps_sampled"] / wall
         rows.append([f"RLlib 2.8.1 Ape-X, {args.actors} workers", format_rate(reference["env_steps_per_second"]),
+                     format_rate(reference["launch_env_steps_per_second"]),
                      f"{reference['learner_batches_per_second']:.1f} x {reference['train_batch_size']}",
-                     format_value(reference["seconds_to_target"], ".0f"),
-                     f"{reference['train_seconds'] + reference['startup_seconds']:.0f}",
-                     f"{reference['final_greedy_return']:.0f}"])
+                     f"{reference['startup_seconds']:.0f}", format_value(reference["seconds_to_target"], ".0f"),
+                     f"{wall:.0f}", f"{reference['final_greedy_return']:.0f}"])
     print_table(f"gymnasium CartPole-v1, Ape-X, samples per insert {spi:g}, medians of seeds {args.seeds}",
-                ["system", "env steps/s", "learner batches/s", "s to 475", "wall s", "final per seed"], rows)
+                ["system", "env steps/s after start-up", "env steps/s from launch", "learner batches/s",
+                 "start-up s", "s to 475", "wall s", "final per seed"], rows)
+    print("after start-up: ours from the first log line to the last (periodic evaluations included), RLlib's inside "
+          "its train() calls; start-up: ours to the first log line (Ray, actor processes, compilation and the "
+          "first log interval), RLlib's to its first train(); learner batches/s after start-up")
+    ray_rate = lambda key: median(runs["ray"], key)
     if reference is not None:
-        ours_rate = median(runs["ray"], "env_steps_per_second")
-        print(f"Ray actors / RLlib env steps/s: {ours_rate / reference['env_steps_per_second']:.1f}x; RLlib's measured "
-              f"training intensity {reference['training_intensity_measured']:.2f} (set {spi:g})")
-    ratio = median(runs["ray"], "env_steps_per_second") / median(runs["threads"], "env_steps_per_second")
-    print(f"Ray actors / actor threads env steps/s: {ratio:.2f}")
+        steady = ray_rate("steady_env_steps_per_second") / reference["env_steps_per_second"]
+        launch = ray_rate("launch_env_steps_per_second") / reference["launch_env_steps_per_second"]
+        print(f"Ray actors / RLlib env steps/s: {steady:.1f}x after start-up, {launch:.1f}x from launch; "
+              f"RLlib's measured training intensity {reference['training_intensity_measured']:.2f} "
+              f"(set {spi:g})")
+    ratio = ray_rate("steady_env_steps_per_second") / median(runs["threads"], "steady_env_steps_per_second")
+    print(f"Ray actors / actor threads env steps/s after start-up: {ratio:.2f}")
     paper(runs["ray"], args.actors, object_store_rate())
 
 
 def paper(ray_runs: list[dict], actors: int, store_rate: float) -> None:
     """How many actors one learner feeds, and where the object store would cap them."""
-    learner = median([{"x": r["learner_batches_per_second"] / max(1 - r["learner_wait"], 1e-9)} for r in ray_runs], "x")
-    per_actor = median([{"x": r["actor_rate"] / actors / max(1 - r["actor_wait"], 1e-9)} for r in ray_runs], "x")
+    learner = median([{"x": r["steady_learner_batches_per_second"] / max(1 - r["learner_wait"], 1e-9)}
+                      for r in ray_runs], "x")
+    per_actor = median([{"x": r["steady_env_steps_per_second"] / actors / max(1 - r["actor_wait"], 1e-9)}
+                        for r in ray_runs], "x")
     block_bytes = 4 * 2 * 4 + 4 + 4 * 3  # per transition on the wire: obs and next obs (4 float32), action, scalars
     rows = []
     for spi in (0.8, 8.0):
