@@ -11,8 +11,10 @@ subprocess whose outcome is written to OUT_DIR/<scenario>.json:
     wrong_token     a driver joining with a token that is not the cluster's (run meanwhile)
     sigkill         a free-running run whose actor process is SIGKILLed after its first log line
     node_removal    a free-running run whose second node is removed after its first log line (the last scenario)
-    driver_killed   a driver with a local head (ray.address=null) SIGKILLed mid-run: what is left of its processes
+    driver_killed   a driver with a local head (ray.address=null) SIGKILLed mid-run (its process group, as every
+                    stop below): what is left of its processes
     sigterm_resume  the same SIGTERMed mid-run: its exit, checkpoint and leftovers; then `resume=true` to the end
+    ctrl_c          the same sent SIGINT, as a terminal's Ctrl-C sends it to its job's process group
 
 `python tests/ray_scenarios.py OUT_DIR ten_seeds SEED [sigkill]` runs only the slow check: Ape-X's defaults on 10
 seeds, free running, 4 Ray actors over both nodes (OUT_DIR/ten_seeds.json); with `sigkill`, one actor process is
@@ -48,9 +50,11 @@ FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_m
                       "health_check_failure_threshold": 3}
 
 
-def driver(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
+def driver(run_dir: Path, overrides: list[str], own_group: bool = False) -> subprocess.Popen:
+    """`run.py` with `overrides`; `own_group`: as a shell starts a job, leader of a process group of its own."""
     command = [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={run_dir}"]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=own_group)
 
 
 def finish(process: subprocess.Popen, run_dir: Path, timeout: float = 600) -> dict:
@@ -150,25 +154,26 @@ def local_head_run(head_dir: Path, total_env_steps: int) -> list[str]:
 
 
 def stopped_mid_run(name: str, out: Path, sig: signal.Signals, total_env_steps: int, resume: bool = False) -> dict:
-    """A local-head driver sent `sig` at its first log line: its output and exit, the processes of its head before
-    and what is left of them 30 s later; `resume`: then the same run with resume=true, to its end."""
+    """A local-head driver whose process group is sent `sig` at its first log line, as a terminal's Ctrl-C or a
+    shell's `kill %1` sends it: its output, exit, summary and checkpoints, the processes of its head before and
+    what is left of them 30 s later; `resume`: then the same run with resume=true, to its end."""
     run_dir = out / name
     head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))  # short: Ray's unix sockets live under it
-    process = driver(run_dir, local_head_run(head_dir, total_env_steps))
+    process = driver(run_dir, local_head_run(head_dir, total_env_steps), own_group=True)
     before = wait_for_line(process, "env steps")
     running = leftovers(str(head_dir))
-    process.send_signal(sig)
+    os.killpg(process.pid, sig)
     rest, _ = process.communicate(timeout=300)
     deadline, left = time.monotonic() + 30, running
     while left and time.monotonic() < deadline:
         time.sleep(1)
         left = leftovers(str(head_dir))
     shutil.rmtree(head_dir, ignore_errors=True)  # a SIGKILLed driver could not remove it
-    result = {"output": before + rest, "returncode": process.returncode, "running_before": running, "left": left}
+    summary, checkpoints = run_dir / "summary.json", run_dir / "checkpoints"
+    result = {"output": before + rest, "returncode": process.returncode, "running_before": running, "left": left,
+              "stopped_summary": json.loads(summary.read_text()) if summary.exists() else None,
+              "checkpoints": sorted(p.name for p in checkpoints.iterdir()) if checkpoints.exists() else []}
     if resume:
-        summary = run_dir / "summary.json"
-        result["stopped_summary"] = json.loads(summary.read_text()) if summary.exists() else None
-        result["checkpoints"] = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
         head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))
         resumed = driver(run_dir, [*local_head_run(head_dir, total_env_steps), "resume=true"])
         result["resumed"] = finish(resumed, run_dir)
@@ -232,7 +237,8 @@ def main(out: Path, only: list[str]) -> None:
         cluster.shutdown()
     run_and_write((("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
                    ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
-                                                              resume=True))), only, out)
+                                                              resume=True)),
+                   ("ctrl_c", lambda: stopped_mid_run("ctrl_c", out, signal.SIGINT, 3072))), only, out)
 
 
 def run_and_write(scenarios: tuple, only: list[str], out: Path) -> None:

@@ -120,6 +120,20 @@ def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_th
     assert result["left_after_resume"] == []
 
 
+def test_ctrl_c_stops_a_ray_run_with_a_checkpoint_and_leaves_nothing(outcomes):
+    """SIGINT to the driver's process group, as a terminal sends it: exit 130, the resume command last, a
+    checkpoint at the steps it stopped at, none of its head's processes left (they run in a session of their own,
+    so the signal reaches them only through the driver)."""
+    result = outcomes["ctrl_c"]
+    assert result["returncode"] == 130, result["output"]
+    assert "Traceback" not in result["output"], result["output"]
+    assert "resume=true" in result["output"].strip().splitlines()[-1]
+    assert "ActorProcess" in " ".join(result["running_before"]) and result["left"] == []
+    stopped = result["stopped_summary"]
+    assert stopped["interrupted"] is True and stopped["interrupted_by"] == "SIGINT"
+    assert 0 < stopped["env_steps"] < 3072 and result["checkpoints"] == [str(stopped["env_steps"])]
+
+
 def readme_listeners() -> list[dict]:
     """The rows of the README's listener table: what, key, port or range, where it binds."""
     text = (ROOT / "README.md").read_text()
