@@ -4,11 +4,14 @@ One cluster for the module: tests/ray_scenarios.py runs every scenario inside a 
 (`unshare -n`, loopback brought up), so nothing it starts is reachable from outside; each test reads one
 scenario's outcome. The listener test alone runs in the host namespace, against the README's table.
 """
+import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import flax.serialization
 import jax
@@ -29,15 +32,30 @@ def in_private_namespace_works() -> bool:
     return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    if not in_private_namespace_works():
-        pytest.skip("needs `unshare -n` (a private network namespace: root, or user namespaces)")
-    out = tmp_path_factory.mktemp("ray")
+def run_scenarios(out: Path) -> None:
+    """Every scenario into `out`, with the script's exit status and the end of its stderr in out/ran.json."""
     script = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {out}"
     result = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=1500)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+    (out / "ran.json").write_text(json.dumps({"returncode": result.returncode, "stderr": result.stderr[-4000:]}))
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """The scenarios' outcomes, run once per pytest session: pytest-xdist workers that each get tests of this
+    module share one run (under a lock), for two runs at once would SIGKILL and count each other's actors."""
+    if not in_private_namespace_works():
+        pytest.skip("needs `unshare -n` (a private network namespace: root, or user namespaces)")
+    xdist = "PYTEST_XDIST_WORKER" in os.environ  # under xdist, the parent of a worker's basetemp is the session's
+    session = tmp_path_factory.getbasetemp().parent if xdist else tmp_path_factory.mktemp("ray")
+    out = session / "ray_scenarios"
+    with open(session / "ray_scenarios.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "ran.json").exists():
+            out.mkdir(exist_ok=True)
+            run_scenarios(out)
+    ran = json.loads((out / "ran.json").read_text())
+    assert ran["returncode"] == 0, ran["stderr"]
+    return {path.stem: json.loads(path.read_text()) for path in out.glob("*.json") if path.name != "ran.json"}
 
 
 def final_policies(run_dir: str, num_seeds: int = 2) -> list:
