@@ -123,15 +123,21 @@ def test_a_sigkilled_driver_leaves_no_ray_process_it_started(outcomes):
     assert result["left"] == []
 
 
-def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_the_end(outcomes):
-    result = outcomes["sigterm_resume"]
-    assert result["returncode"] == 143, result["output"]
+def assert_stopped_with_a_checkpoint(result: dict, returncode: int, signal_name: str) -> None:
+    """A local-head driver stopped mid-run by a signal: its exit, no traceback, the resume command last, its head's
+    processes gone, and one checkpoint at the env steps it stopped at (of 3,072)."""
+    assert result["returncode"] == returncode, result["output"]
     assert "Traceback" not in result["output"], result["output"]
     assert "resume=true" in result["output"].strip().splitlines()[-1]
     assert "ActorProcess" in " ".join(result["running_before"]) and result["left"] == []
     stopped = result["stopped_summary"]
-    assert stopped["interrupted"] is True and stopped["interrupted_by"] == "SIGTERM"
+    assert stopped["interrupted"] is True and stopped["interrupted_by"] == signal_name
     assert 0 < stopped["env_steps"] < 3072 and result["checkpoints"] == [str(stopped["env_steps"])]
+
+
+def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_the_end(outcomes):
+    result = outcomes["sigterm_resume"]
+    assert_stopped_with_a_checkpoint(result, 143, "SIGTERM")
     resumed = result["resumed"]
     assert resumed["returncode"] == 0, resumed["output"]
     assert resumed["summary"]["interrupted"] is False and resumed["summary"]["env_steps"] == 3072
@@ -142,14 +148,7 @@ def test_ctrl_c_stops_a_ray_run_with_a_checkpoint_and_leaves_nothing(outcomes):
     """SIGINT to the driver's process group, as a terminal sends it: exit 130, the resume command last, a
     checkpoint at the steps it stopped at, none of its head's processes left (they run in a session of their own,
     so the signal reaches them only through the driver)."""
-    result = outcomes["ctrl_c"]
-    assert result["returncode"] == 130, result["output"]
-    assert "Traceback" not in result["output"], result["output"]
-    assert "resume=true" in result["output"].strip().splitlines()[-1]
-    assert "ActorProcess" in " ".join(result["running_before"]) and result["left"] == []
-    stopped = result["stopped_summary"]
-    assert stopped["interrupted"] is True and stopped["interrupted_by"] == "SIGINT"
-    assert 0 < stopped["env_steps"] < 3072 and result["checkpoints"] == [str(stopped["env_steps"])]
+    assert_stopped_with_a_checkpoint(outcomes["ctrl_c"], 130, "SIGINT")
 
 
 def readme_listeners() -> list[dict]:
