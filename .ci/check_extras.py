@@ -54,7 +54,8 @@ def main() -> int:
                 print(f"[{extra}] {name} {importlib.metadata.version(name)}: import {module} ok")
             except Exception as error:  # report every broken one, then fail
                 failed.append(f"[{extra}] {name}: import {module} failed: {type(error).__name__}: {error}")
-            failed += [f"[{extra}] {requirement}: {lack} is not installed" for lack in missing_extra_requirements(requirement)]
+            lacking = missing_extra_requirements(requirement)
+            failed += [f"[{extra}] {requirement}: {lack} is not installed" for lack in lacking]
     print("\n".join(failed), file=sys.stderr)
     return 1 if failed else 0
 
