@@ -220,8 +220,10 @@ class TrainConfig:
         self.runtime.validate()
         check_choice("actors", self.actors, ACTOR_FLEETS)
         if self.actors == "ray":
-            check(importlib.util.find_spec("ray") is not None, "actors", self.actors, "threads (actor threads in "
-                  "this process), or ray once it is installed: pip install -e '.[ray]'", "Ray is not installed")
+            # plain `pip install ray` lacks grpcio, without which a local head refuses its client server port
+            missing = [name for name in ("ray", "grpc") if importlib.util.find_spec(name) is None]
+            check(not missing, "actors", self.actors, "threads (actor threads in this process), or ray once it is "
+                  "installed: pip install -e '.[ray]' (ray[client])", f"{' and '.join(missing)} not installed")
             self.ray.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
 

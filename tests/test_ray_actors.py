@@ -193,6 +193,19 @@ def test_a_pinned_port_in_use_is_a_config_error_naming_its_key():
             check_ports_free(RayConfig(object_manager_port=port))
 
 
+@pytest.mark.parametrize("missing", ["ray", "grpc"])
+def test_ray_or_its_client_extra_missing_is_a_config_error_before_anything_starts(missing, monkeypatch):
+    """A plain `pip install ray` has no grpcio, and its local head would refuse its client port with a traceback."""
+    import importlib.util
+
+    from framework.config import TrainConfig
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == missing else find_spec(name))
+    with pytest.raises(ConfigError, match=rf"actors='ray' \({missing} not installed\).*\[ray\]' \(ray\[client\]\)"):
+        TrainConfig(actors="ray").validate()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kill", [False, True], ids=["", "an actor process sigkilled half-way"])
 def test_ten_free_running_seeds_on_two_nodes_end_solved(kill, tmp_path):
