@@ -127,6 +127,25 @@ def engine_faults(game: str) -> Iterator[None]:
         raise HostEnvError(game, None, describe(error), where="its vector engine") from error
 
 
+class FaultTaggedEngine:
+    """The engine whose own calls (reset, step) raise HostEnvErrors; the adapter's code around them is not an
+    engine fault (a bug there is a traceback, never restarted under env.on_error=restart)."""
+
+    def __init__(self, vector: Any, game: str):
+        self.vector, self.game = vector, game
+
+    def reset(self, **kwargs: Any) -> tuple:
+        with engine_faults(self.game):
+            return self.vector.reset(**kwargs)
+
+    def step(self, actions: np.ndarray) -> tuple:
+        with engine_faults(self.game):
+            return self.vector.step(actions)
+
+    def __getattr__(self, name: str) -> Any:  # spaces, metadata, num_envs, close: the engine's own
+        return getattr(self.vector, name)
+
+
 class AtariVectorEnv(HostVectorEnv):
     """The engine's envs as HostSteps for training: raw returns counted, rewards clipped and lost lives
     ending transitions (not episodes) when the config says so."""
@@ -135,18 +154,16 @@ class AtariVectorEnv(HostVectorEnv):
         self.config = config
         with engine_faults(config.id):
             vector = engine(config, num_envs)
-        super().__init__(vector, config.id)
+        super().__init__(FaultTaggedEngine(vector, config.id), config.id)
         self.observation_shape = (FRAME_SIZE, FRAME_SIZE, FRAME_STACK)
 
     def reset(self, seed: int) -> np.ndarray:
-        with engine_faults(self.config.id):
-            obs = super().reset(seed % ENGINE_SEEDS)
+        obs = super().reset(seed % ENGINE_SEEDS)
         self._lives = np.asarray(self.info["lives"]).copy()
         return channels_last(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
-        with engine_faults(self.config.id):
-            step = super().step(actions)
+        step = super().step(actions)
         lives = np.asarray(self.info["lives"])
         # a reset step (acted False) brings a new game's lives; a game's end is an end anyway
         lost_life = step.acted & ~step.ended & (lives < self._lives)

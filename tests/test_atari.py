@@ -14,6 +14,7 @@ from algorithms.common.replays import frame_step
 from envs.atari_env import AtariConfig, AtariEvaluationEnv, check_game, make_atari
 from framework.errors import ConfigError, HostRunError
 from framework.evaluate import main as evaluate_main
+from framework.host_env import HostEnvError
 from framework.policy import load_policy
 from framework.trainer import train
 
@@ -188,6 +189,25 @@ def engine_failing_once(monkeypatch, at_call: int) -> list:
 
     monkeypatch.setattr(atari_env, "engine", engine)
     return made
+
+
+def test_only_the_engines_own_calls_are_engine_faults(monkeypatch):
+    """An exception from the engine is a HostEnvError (env.on_error's to handle); one from the adapter's own code
+    around it stays what it is, a bug, and is never restarted as an env fault."""
+    import framework.host_env as host_env
+
+    vector = make_atari(AtariConfig(id="Pong"))[0].vector_env(2)
+    vector.reset(seed=0)
+    engine, actions = vector.env.vector, np.zeros(2, np.int64)
+    real_step = engine.step
+    monkeypatch.setattr(engine, "step", lambda actions: (_ for _ in ()).throw(RuntimeError("emulator fault")))
+    with pytest.raises(HostEnvError, match=r"'Pong' failed at its vector engine: RuntimeError: emulator fault"):
+        vector.step(actions)
+    monkeypatch.setattr(engine, "step", real_step)
+    monkeypatch.setattr(host_env, "encode_observations", lambda space, raw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        vector.step(actions)
+    vector.close()
 
 
 def test_an_engine_fault_stops_the_run_by_default_naming_the_game_and_env_on_error(monkeypatch, tmp_path):
