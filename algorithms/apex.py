@@ -17,18 +17,19 @@ from flax import struct
 from flax.training.train_state import TrainState
 
 from algorithms.common import actor
-from algorithms.common.exploration import actor_epsilons, rollout_draws
+from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork, check_network_config, make_q_network, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights
 from algorithms.common.replays import prioritized_replay
 from algorithms.common.targets import huber, td_errors
-from framework.algorithm import ActorLearner, Algorithm
-from framework.env import EpisodeStatistics
-from framework.errors import check, check_number, check_positive_int
-from framework.parallel import device_index, mean_over_devices, num_learners
-from framework.registry import register_algorithm
+from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.devices import device_index, mean_over_devices, num_learners
+from framework.core.env import EpisodeStatistics
+from framework.core.errors import check, check_number, check_positive_int
+from framework.core.keys import rollout_draws
+from framework.core.registry import register_algorithm
 
 PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
 

@@ -14,12 +14,12 @@ import numpy as np
 from flax import struct
 
 from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
-from framework.algorithm import Algorithm
-from framework.env import EpisodeStatistics
-from framework.errors import check_number, check_positive_int
-from framework.evaluation import make_record_episode
-from framework.plots import plot_grid_values
-from framework.registry import register_algorithm
+from framework.core.algorithm import Algorithm
+from framework.core.env import EpisodeStatistics
+from framework.core.errors import check_number, check_positive_int
+from framework.core.evaluation import make_record_episode
+from framework.core.registry import register_algorithm
+from framework.run.plots import plot_grid_values
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ def q_learning_targets(reward: jax.Array, terminated: jax.Array, next_values: ja
 
 def greedy_paths(env: Any, env_params: Any, act: Callable, q_values: jax.Array) -> list[list[tuple[int, int]]]:
     """The cells each agent's own greedy policy visits in one episode ([agents, H, W, A] tables), played
-    as framework.evaluate plays it (the same act, ties broken at random)."""
+    as framework.tools.evaluate plays it (the same act, ties broken at random)."""
     record = jax.vmap(make_record_episode(env, env_params, act))
     members = q_values[:, None]  # one agent's table alone acts as the whole population does
     states, _, steps = jax.jit(record)(members, jax.random.split(jax.random.key(0), q_values.shape[0]))

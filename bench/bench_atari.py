@@ -82,8 +82,8 @@ def engine_rows(game: str, num_envs: int) -> tuple[list[list[str]], float]:
 def atari_config(game: str, algo: str, num_envs: int, *overrides: str):
     from conftest import compose_config
 
-    from framework.config import validated
-    from framework.trainer import build
+    from framework.anakin.trainer import build
+    from framework.core.config import validated
 
     # Ape-X: actors of 8 envs, rollouts of 20, batches of 512 at 0.8 samples per insert; DQN: a batch of 32 per
     # 4 env steps (8 samples per insert)
@@ -190,7 +190,7 @@ def learner_rows(batch_sizes: tuple[int, ...] = (32, 512), updates: int = 4) -> 
 
 def drain(reports) -> None:
     """The learner's reports, consumed until the run stops (the bench evaluates nothing)."""
-    from framework.runtime import RuntimeStopped
+    from framework.sebulba.runtime import RuntimeStopped
 
     while True:
         try:
@@ -204,8 +204,8 @@ def drain(reports) -> None:
 def system_rates(game: str, algo: str, num_envs: int, window: float, windows: int) -> tuple[float, float, int]:
     """Section 4: a free-mode run's median env steps/s and learner batches/s over fixed windows once the learner
     has started, and its batch size."""
-    from framework.host_trainer import start_learner
-    from framework.runtime import BoundedQueue, StopSignal
+    from framework.sebulba.runtime import BoundedQueue, StopSignal
+    from framework.sebulba.trainer import start_learner
 
     train, env, algorithm = atari_config(game, algo, num_envs, "total_env_steps=100000000", "eval_every=100000000",
                                          "log_every=100000000")

@@ -3,7 +3,7 @@
     python bench/bench_compile.py [--seeds 10] [--rounds 6] [--launches 2]
 
 1. For DQN and Ape-X (what `run.py algo=<dqn|apex> env=cartpole num_seeds=10` builds: the conf/
-   defaults and the run's updates per chunk): seconds of `framework.trainer.compile_programs`
+   defaults and the run's updates per chunk): seconds of `framework.anakin.trainer.compile_programs`
    (trace, lower and build `init`, `run_chunk` and the periodic and final `evaluate`, side by side
    in threads, as a run does) in a fresh process, with
    XLA's default options for every program and with the trainer's `CPU_COMPILER_OPTIONS`
@@ -26,11 +26,11 @@ def run_setup(name: str, num_seeds: int):
     """What `python run.py algo=NAME env=cartpole num_seeds=N` builds: the algorithm with its conf/
     defaults, its periodic and final evaluations, and its updates per chunk."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.cli import check_composes
-    from framework.config import chunk_updates, register_schemas, validated
-    from framework.evaluation import make_evaluate
-    from framework.registry import load_plugins
-    from framework.trainer import build
+    from framework.anakin.trainer import build
+    from framework.app.cli import check_composes
+    from framework.core.config import chunk_updates, register_schemas, validated
+    from framework.core.evaluation import make_evaluate
+    from framework.core.registry import load_plugins
 
     load_plugins()
     register_schemas()
@@ -47,8 +47,8 @@ def run_chunk_at(name: str, num_seeds: int, levels: tuple[int, ...]):
     import jax
 
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.parallel import make_mesh
-    from framework.trainer import learner_parallel_programs, seed_parallel_programs
+    from framework.anakin.trainer import learner_parallel_programs, seed_parallel_programs
+    from framework.core.devices import make_mesh
 
     algorithm, evaluate_one_seed, _, updates_per_chunk = run_setup(name, num_seeds)
     make_programs = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
@@ -73,8 +73,8 @@ def compile_launch(name: str, option_set: str, num_seeds: int) -> float:
 
 def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
     sys.path.insert(0, str(REPO_ROOT))
-    from framework import trainer
-    from framework.parallel import make_mesh
+    from framework.anakin import trainer
+    from framework.core.devices import make_mesh
 
     if OPTION_SETS[option_set] is not None:
         trainer.CPU_COMPILER_OPTIONS = OPTION_SETS[option_set]

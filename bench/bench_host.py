@@ -79,7 +79,7 @@ def log(message: str) -> None:
 
 def host_run(train, env, algorithm):
     """A HostRun with its actors started (HostRun creates them itself in earlier versions)."""
-    from framework.host_trainer import HostRun
+    from framework.sebulba.trainer import HostRun
 
     run = HostRun(train, env, algorithm)
     if not run.actors and hasattr(run, "start_actors"):
@@ -89,8 +89,8 @@ def host_run(train, env, algorithm):
 
 def share_programs() -> None:
     """Every HostRun of this process gets the first one's jitted programs, so a second run compiles nothing.
-    (A bench-side patch of framework.host_trainer's module global; the framework's code is unchanged.)"""
-    from framework import host_trainer
+    (A bench-side patch of framework.sebulba.trainer's module global; the framework's code is unchanged.)"""
+    from framework.sebulba import trainer as host_trainer
 
     if getattr(host_trainer.host_programs, "shared", False):
         return
@@ -127,8 +127,8 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from conftest import compose_config
 
-    from framework.config import validated
-    from framework.trainer import build
+    from framework.anakin.trainer import build
+    from framework.core.config import validated
 
     share_programs()
     train = validated(compose_config(f"algo={algo}", "env=gymnasium", f"num_seeds={seeds}",
@@ -218,8 +218,8 @@ def system(train, env, algorithm, ready_publish: bool = False) -> dict:
     run's store; the framework publishes JAX's asynchronously dispatched result as it is)."""
     import jax
 
-    from framework.host_trainer import start_learner
-    from framework.runtime import BoundedQueue, StopSignal
+    from framework.sebulba.runtime import BoundedQueue, StopSignal
+    from framework.sebulba.trainer import start_learner
 
     reports, stop = BoundedQueue(4), StopSignal()
     run = host_run(train, env, algorithm)

@@ -104,14 +104,14 @@ def progress(message: str) -> None:
 # ----------------------------------------------------------------------------- 1. tabular Q
 
 def tabular_q_workload(num_agents: int, num_updates: int) -> Workload:
-    """Our tabular Q, driven exactly as framework.trainer.train drives it (one seed)."""
+    """Our tabular Q, driven exactly as framework.anakin.trainer.train_single_program drives it (one seed)."""
     import jax
 
     import envs
     from algorithms.tabular_q import TabularQConfig, make_tabular_q
-    from framework.evaluation import make_evaluate
-    from framework.parallel import make_mesh
-    from framework.trainer import seed_parallel_programs
+    from framework.anakin.trainer import seed_parallel_programs
+    from framework.core.devices import make_mesh
+    from framework.core.evaluation import make_evaluate
 
     env, env_params = envs.make("gridworld")
     algo = make_tabular_q(TabularQConfig(num_agents=num_agents), env, env_params)

@@ -38,7 +38,7 @@ MODULES = {
                            ["tests/test_prioritized_replay.py", "-k", "not million"]),
     "exploration": ("algorithms/common/exploration.py", ["tests/test_exploration.py"]),
     # the unit tests only: the rest of the file trains a short run in a subprocess
-    "protocol": ("framework/protocol.py",
+    "protocol": ("framework/run/protocol.py",
                  ["tests/test_protocol.py", "-k",
                   "not (final_evaluation_plays or saved_best_policy_reproduces or log_shows_the_headline)"]),
 }
@@ -60,7 +60,7 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "oldest_transition__mutmut_28": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
 }.items()} | {
     # mutmut names a method x<U+01C1>Class<U+01C1>method
-    "framework.protocol.x\u01c1BestPolicies\u01c1keep__mutmut_8": "reshape's -1 as -2: numpy 2 takes any negative "
+    "framework.run.protocol.x\u01c1BestPolicies\u01c1keep__mutmut_8": "reshape's -1 as -2: numpy 2 takes any negative "
                                                                  "size as the one it infers",
 } | {f"algorithms.common.exploration.x_{name}": why for name, why in {
     "greedy_with_random_ties__mutmut_15": "the tie's rank as float32 (astype(None)) instead of int32: a whole "
@@ -89,8 +89,9 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
 # repository's modules (conftest's load_plugins); importing them starts no JAX backend, so the fork stays safe
 PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax", "optax", "pytest", "xdist.plugin",
-           "framework.registry", "framework.config", "framework.trainer", "framework.evaluation", "framework.policy",
-           "framework.protocol", "algorithms.common.targets", "algorithms.common.nstep",
+           "framework.core.registry", "framework.core.config", "framework.anakin.trainer",
+           "framework.anakin.evaluation", "framework.run.policy",
+           "framework.run.protocol", "algorithms.common.targets", "algorithms.common.nstep",
            "algorithms.common.prioritized_replay", "algorithms.common.exploration", "envs", "algorithms"]
 # every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
 # that to a read (the cache key is the program, so a mutated program compiles afresh)

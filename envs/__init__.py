@@ -2,7 +2,7 @@
 from typing import Any
 
 from envs import atari_env, cartpole, gridworld, gymnasium_env, gymnax_env  # noqa: F401  (registration; gymnax, ale-py load when built)
-from framework import registry
+from framework.core import registry
 
 
 def make(name: str, **overrides: Any) -> tuple[Any, Any]:

@@ -23,18 +23,18 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
-from framework.host_env import (
+from envs.gymnasium_vector import HostVectorEnv
+from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     MAX_VECTOR_ENVS,
     ON_ERROR_CHOICES,
     HostEnvError,
     HostEnvironment,
     HostStep,
-    HostVectorEnv,
     describe,
 )
-from framework.registry import register_env
+from framework.core.registry import register_env
 
 FRAME_SIZE, FRAME_STACK = 84, 4
 ENGINE_SEEDS = 2**31 - MAX_VECTOR_ENVS  # the engine takes int32 seeds, env i of a vector env seed + i
@@ -175,7 +175,7 @@ class AtariVectorEnv(HostVectorEnv):
 
 
 class AtariEvaluationEnv(gymnasium.Env):
-    """One whole game for one evaluation episode (framework.host_env.host_evaluate): the training
+    """One whole game for one evaluation episode (framework.core.host_env.host_evaluate): the training
     preprocessing, raw score, no episodic life; `rgb_array` renders the newest frame, upscaled."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}

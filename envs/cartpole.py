@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.env import Environment, StepResult
-from framework.errors import check_positive_int
-from framework.registry import register_env
+from framework.core.env import Environment, StepResult
+from framework.core.errors import check_positive_int
+from framework.core.registry import register_env
 
 
 @dataclasses.dataclass

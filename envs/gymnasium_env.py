@@ -4,7 +4,7 @@
     python run.py env=gymnasium env.id=MinAtar/Breakout-v1          # pip install "lightspeed[minatar]"
     python run.py env=gymnasium env.id=my_package.envs:MyEnv-v0     # imports the module that registers it
 
-The envs run in Python (framework/host_env.py), in this process or in `num_workers` worker processes,
+The envs run in Python (framework/core/host_env.py), in this process or in `num_workers` worker processes,
 each capped at `max_episode_steps` by gymnasium's TimeLimit (default: the id's registered cap; MinAtar
 ids 1000, Freeway 2500). `check_env_id` fails on a bad id, a missing dependency or an unsupported space
 before anything starts. Image observations given channels first ([C, H, W]) must be declared with
@@ -17,22 +17,17 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from framework.errors import ConfigError, check, check_choice, check_positive_int
-from framework.host_env import (
+from envs.gymnasium_vector import EnvFactory, HostVectorEnv, build_vector_env, check_spaces, env_factory, pip_hint
+from framework.core.errors import ConfigError, check, check_choice, check_positive_int
+from framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     ON_ERROR_CHOICES,
-    EnvFactory,
     HostEnvironment,
-    HostVectorEnv,
-    build_vector_env,
-    check_spaces,
     describe,
     encoded_dtype,
     encoded_shape,
-    env_factory,
-    pip_hint,
 )
-from framework.registry import register_env
+from framework.core.registry import register_env
 
 
 @dataclasses.dataclass
@@ -108,7 +103,7 @@ def make_host_env(config: GymnasiumConfig, num_envs: int, autoreset_mode: Autore
 
 
 def evaluation_env_maker(config: GymnasiumConfig) -> Callable[[], gymnasium.Env]:
-    """What `framework.host_env.host_evaluate` builds each evaluation episode's env with."""
+    """What `framework.core.host_env.host_evaluate` builds each evaluation episode's env with."""
     return check_env_id(config).make
 
 
@@ -133,7 +128,7 @@ class GymnasiumEnv(HostEnvironment):
         return HostVectorEnv(vector, self.name)
 
     def evaluation_env(self, render_mode: Optional[str] = None) -> gymnasium.Env:
-        """One env for one evaluation episode (framework.host_env.host_evaluate); `rgb_array`: one that draws."""
+        """One env for one evaluation episode (framework.core.host_env.host_evaluate); `rgb_array`: one that draws."""
         if render_mode is None:
             return self.factory.make()
         return dataclasses.replace(self.factory, kwargs={**self.factory.kwargs, "render_mode": render_mode}).make()

@@ -4,7 +4,7 @@
 
 gymnax 1.0's `step_env` gives (obs, state, reward, terminated, info) and `is_truncated(state,
 params)` the time limit; both are kept apart as `terminated` and `truncated`, and the auto-reset
-step with `info["final_observation"]` is `framework.env.Environment.step`. `env.params.*`
+step with `info["final_observation"]` is `framework.core.env.Environment.step`. `env.params.*`
 overrides fields of the env's own params; `env.sticky_actions` adds MinAtar's sticky actions (each
 step repeats the previous action with that chance; env=minatar sets the paper's 0.1). gymnax costs
 ~1 s to import: only when this env is built.
@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.env import Environment, StepResult
-from framework.errors import ConfigError, check, check_number
-from framework.registry import register_env
+from framework.core.env import Environment, StepResult
+from framework.core.errors import ConfigError, check, check_number
+from framework.core.registry import register_env
 
 # gymnax ids whose action space is continuous (checked again on the built env)
 CONTINUOUS_IDS = ("Pendulum-v1", "MountainCarContinuous-v0", "PointRobot-misc", "Reacher-misc", "Swimmer-misc")

@@ -17,10 +17,14 @@ from jax.sharding import PartitionSpec  # noqa: E402
 from algorithms.apex import ApexConfig, learner_gradients, make_apex  # noqa: E402
 from algorithms.common.networks import QNetwork  # noqa: E402
 from envs import make  # noqa: E402
-from framework.config import TrainConfig  # noqa: E402
-from framework.evaluation import make_evaluate  # noqa: E402
-from framework.parallel import DEVICE_AXIS, make_mesh  # noqa: E402
-from framework.trainer import learner_parallel_programs, use_compilation_cache  # noqa: E402
+from framework.anakin.trainer import learner_parallel_programs  # noqa: E402
+from framework.core.config import TrainConfig  # noqa: E402
+from framework.core.devices import (  # noqa: E402
+    DEVICE_AXIS,
+    make_mesh,
+    use_compilation_cache,  # noqa: E402
+)
+from framework.core.evaluation import make_evaluate  # noqa: E402
 
 SMALL = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=8,
                    learning_starts=16, learner_updates_per_iteration=2, actor_sync_period=2, target_update_period=3)

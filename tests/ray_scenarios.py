@@ -186,8 +186,8 @@ def stopped_mid_run(name: str, out: Path, sig: signal.Signals, total_env_steps: 
 
 def listeners(out: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from framework.config import RayConfig
-    from framework.ray_cluster import connect
+    from framework.core.config import RayConfig
+    from framework.sebulba.ray.cluster import connect
 
     ray, head = connect(RayConfig(num_cpus=2), timeout_s=60)
     try:

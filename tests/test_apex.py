@@ -12,10 +12,10 @@ from algorithms.apex import ApexConfig, actor_priorities, make_apex
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
 from envs import make
-from framework.errors import ConfigError
-from framework.evaluation import make_evaluate
-from framework.parallel import make_mesh
-from framework.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
+from framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
+from framework.core.devices import make_mesh
+from framework.core.errors import ConfigError
+from framework.core.evaluation import make_evaluate
 
 SMALL = dict(num_actors=3, envs_per_actor=2, rollout_length=4, buffer_size=512, batch_size=16, learning_starts=25,
              learner_updates_per_iteration=4, actor_sync_period=4)

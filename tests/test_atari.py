@@ -12,11 +12,11 @@ from conftest import compose_config
 from algorithms.common.frame_replay import make_frame_replay
 from algorithms.common.replays import frame_step
 from envs.atari_env import AtariConfig, AtariEvaluationEnv, check_game, make_atari
-from framework.errors import ConfigError, HostRunError
-from framework.evaluate import main as evaluate_main
-from framework.host_env import HostEnvError
-from framework.policy import load_policy
-from framework.trainer import train
+from framework.app.train import train
+from framework.core.errors import ConfigError, HostRunError
+from framework.core.host_env import HostEnvError
+from framework.run.policy import load_policy
+from framework.tools.evaluate import main as evaluate_main
 
 ale_py = pytest.importorskip("ale_py")
 gymnasium.register_envs(ale_py)
@@ -194,7 +194,7 @@ def engine_failing_once(monkeypatch, at_call: int) -> list:
 def test_only_the_engines_own_calls_are_engine_faults(monkeypatch):
     """An exception from the engine is a HostEnvError (env.on_error's to handle); one from the adapter's own code
     around it stays what it is, a bug, and is never restarted as an env fault."""
-    import framework.host_env as host_env
+    import framework.core.host_env as host_env
 
     vector = make_atari(AtariConfig(id="Pong"))[0].vector_env(2)
     vector.reset(seed=0)

@@ -9,8 +9,8 @@ import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from envs.cartpole import CartPole, CartPoleConfig, CartPoleParams, CartPoleState, make_cartpole
-from framework.errors import ConfigError
-from framework.registry import build_config, lookup
+from framework.core.errors import ConfigError
+from framework.core.registry import build_config, lookup
 
 ENV = CartPole()
 PARAMS = CartPoleParams()

@@ -10,11 +10,12 @@ import pytest
 from conftest import compose_config, run_cli
 
 import envs
-from framework import registry
-from framework.algorithm import Algorithm, check_fields
-from framework.env import Environment
-from framework.errors import PluginError
-from framework.trainer import format_line, train
+from framework.app.train import train
+from framework.core import registry
+from framework.core.algorithm import Algorithm, check_fields
+from framework.core.env import Environment
+from framework.core.errors import PluginError
+from framework.run.common import format_line
 
 
 @dataclasses.dataclass
@@ -88,7 +89,7 @@ def test_a_bad_field_is_named_when_the_algorithm_is_built(broken, fields, named,
 
 
 def test_the_factory_must_return_an_algorithm():
-    with pytest.raises(PluginError, match="its factory returned a dict. Allowed: a framework.algorithm.Algorithm"):
+    with pytest.raises(PluginError, match="its factory returned a dict. Allowed: a framework.core.algorithm.Algorithm"):
         check_fields("contract_probe", {"init": None})
 
 
@@ -155,7 +156,7 @@ def test_an_env_whose_observations_differ_from_its_declared_shape_is_named():
     message = str(error.value)
     assert message.startswith("The env 'misdeclared' breaks the framework's contract: reset_env returns "
                               "observations of shape (1,) where observation_shape declares (2,)")
-    assert "framework/env.py" in message
+    assert "framework/core/env.py" in message
 
 
 @pytest.mark.parametrize("name", ["cartpole", "gridworld"])
@@ -175,8 +176,8 @@ PLUGIN = '''
 """A third-party algorithm with health metrics but no learner_steps."""
 import dataclasses
 import jax.numpy as jnp
-from framework.algorithm import Algorithm
-from framework.registry import register_algorithm
+from framework.core.algorithm import Algorithm
+from framework.core.registry import register_algorithm
 
 
 @dataclasses.dataclass

@@ -6,12 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.exploration import rollout_draws
 from algorithms.common.networks import QNetwork
 from algorithms.common.targets import td_errors
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
+from framework.core.keys import rollout_draws
 
 GAMMA = 0.9
 
@@ -143,7 +143,7 @@ def test_config_checks(overrides, key):
 
 
 def test_grid_cells_are_refused_with_a_hint():
-    from framework import registry
+    from framework.core import registry
 
     cells = registry.build_config("env", "gridworld", {"observation": "cell"})
     with pytest.raises(ConfigError, match="env.observation='cell'.*Allowed: one_hot"):

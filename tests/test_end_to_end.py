@@ -73,7 +73,7 @@ def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
 
 
 def test_run_keys_differ_per_seed_and_per_evaluation():
-    from framework.trainer import run_keys
+    from framework.core.keys import run_keys
 
     data = lambda keys: np.asarray(jax.random.key_data(keys)).reshape(len(keys), -1)
     init_a, eval_a = run_keys(np.uint32(7), np.int32(0), 4)

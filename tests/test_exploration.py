@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.exploration import actor_epsilons, epsilon_greedy, greedy_with_random_ties, rollout_draws
+from algorithms.common.exploration import actor_epsilons, epsilon_greedy, greedy_with_random_ties
+from framework.core.keys import rollout_draws
 
 
 def test_rollout_draws_are_uniform_and_keys_distinct():

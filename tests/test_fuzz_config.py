@@ -10,10 +10,10 @@ from conftest import check_like_run_py, compose_config, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from framework import registry
-from framework.cli import ComposeError
-from framework.config import TrainConfig, register_schemas
-from framework.errors import ConfigError
+from framework.app.cli import ComposeError
+from framework.core import registry
+from framework.core.config import TrainConfig, register_schemas
+from framework.core.errors import ConfigError
 
 register_schemas()
 TOP_LEVEL = [f.name for f in dataclasses.fields(TrainConfig)
@@ -146,7 +146,7 @@ def edge_overrides(draw) -> list[str]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(overrides=edge_overrides())
 def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
-    from framework.trainer import train
+    from framework.app.train import train
 
     # final_eval_episodes = eval_episodes: the final evaluation runs the periodic one's program (one compile fewer)
     short = [*overrides, "total_env_steps=256", "eval_every=256", "log_every=256", "eval_episodes=1",

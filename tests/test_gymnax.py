@@ -12,11 +12,11 @@ from conftest import check_like_run_py, compose_config, run_cli
 
 from algorithms.common.networks import QNetwork, make_q_network
 from envs import make
-from framework import registry
-from framework.cli import ComposeError
-from framework.config import validated
-from framework.errors import ConfigError
-from framework.trainer import build
+from framework.anakin.trainer import build
+from framework.app.cli import ComposeError
+from framework.core import registry
+from framework.core.config import validated
+from framework.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCar-v0", "Breakout-MinAtar", "Catch-bsuite"])
@@ -194,7 +194,7 @@ def test_a_mismatched_encoding_is_a_clear_error():
 
 
 def saved_policies_replay(run_dir, *gif) -> dict:
-    """evaluation.json of `python -m framework.evaluate RUN_DIR` on the episodes of the run's final evaluation."""
+    """evaluation.json of `python -m framework.tools.evaluate RUN_DIR` on the episodes of the run's final evaluation."""
     from test_policy import evaluate_cli
 
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -13,15 +13,9 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from framework.errors import ConfigError, PluginError
-from framework.host_env import (
-    HostEnvError,
-    HostVectorEnv,
-    host_evaluate,
-    make_vector_env,
-    pip_hint,
-    worker_slices,
-)
+from envs.gymnasium_vector import HostVectorEnv, make_vector_env, pip_hint, worker_slices
+from framework.core.errors import ConfigError, PluginError
+from framework.core.host_env import HostEnvError, host_evaluate
 
 TEST_ID, UNCAPPED_ID = "LightspeedTestCountdown-v0", "LightspeedTestUncapped-v0"
 STEP_CAP = 6  # the registered cap: episodes drawn longer than this are truncated by TimeLimit
@@ -375,7 +369,7 @@ def test_minatar_keeps_bool_observations_and_its_step_caps():
 
 def test_greedy_returns_of_some_seeds_are_those_seeds_rows():
     from envs.gymnasium_env import GymnasiumConfig, make_gymnasium
-    from framework.host_trainer import greedy_returns, same_policy_seeds
+    from framework.sebulba.trainer import greedy_returns, same_policy_seeds
 
     env, _ = make_gymnasium(GymnasiumConfig(id=TEST_ID))
     params = {"action": np.array([2, 0, 1])}  # seed s always plays action params["action"][s]

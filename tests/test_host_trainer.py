@@ -1,4 +1,4 @@
-"""Actors and learner apart on gymnasium envs (framework/host_trainer.py): a short run of each algorithm end to
+"""Actors and learner apart on gymnasium envs (framework/sebulba/trainer.py): a short run of each algorithm end to
 end, lockstep reproducibility, an env that raises, and what the path refuses."""
 import json
 import threading
@@ -9,11 +9,11 @@ import pytest
 from conftest import compose_config
 from test_host_env import TEST_ID
 
-from framework.errors import ConfigError, HostRunError
-from framework.evaluate import main as evaluate_main
-from framework.host_env import derived_seed
-from framework.policy import policy_path
-from framework.trainer import train
+from framework.app.train import train
+from framework.core.errors import ConfigError, HostRunError
+from framework.core.host_env import derived_seed
+from framework.run.policy import policy_path
+from framework.tools.evaluate import main as evaluate_main
 
 SHORT = ["env=gymnasium", "total_env_steps=2048", "eval_every=1024", "log_every=1024", "eval_episodes=2",
          "final_eval_episodes=3", "num_seeds=2", "algo.learning_starts=256"]
@@ -96,7 +96,7 @@ def test_free_running_learns_between_blocks_and_ends(tmp_path):
 
 
 def test_an_evaluation_longer_than_the_timeout_holds_the_run_without_failing_it(monkeypatch, tmp_path):
-    import framework.host_trainer as host_trainer
+    import framework.sebulba.trainer as host_trainer
 
     greedy_returns, played, slow = host_trainer.greedy_returns, [], 8.0  # seconds, past runtime.timeout_s
 
@@ -138,8 +138,8 @@ def test_what_the_host_path_refuses(overrides, key, tmp_path):
 def test_host_env_seeds_stay_below_2_to_the_32():
     """numpy's legacy RandomState (MinAtar's package) refuses larger seeds: seed=4242 used to crash the first
     evaluation of a MinAtar run. Every evaluation still gets a block of episode seeds of its own."""
-    from framework.host_env import MAX_VECTOR_ENVS, derived_seed
-    from framework.host_trainer import EPISODES_APART, evaluation_seed
+    from framework.core.host_env import MAX_VECTOR_ENVS, derived_seed
+    from framework.sebulba.trainer import EPISODES_APART, evaluation_seed
 
     for seed in (0, 4242, 8086, 2**32 - 1):
         for num_seeds in (1, 10, 40):

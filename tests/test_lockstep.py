@@ -4,14 +4,14 @@ import jax
 import numpy as np
 from conftest import compose_config
 
-from algorithms.common.exploration import rollout_draws
-from framework.config import validated
-from framework.env import EpisodeStatistics
-from framework.host_actor import first_round_keys, next_round_keys
-from framework.host_env import HostStep
-from framework.host_trainer import HostRun
-from framework.runtime import BoundedQueue, StopSignal
-from framework.trainer import build
+from framework.anakin.trainer import build
+from framework.core.config import validated
+from framework.core.env import EpisodeStatistics
+from framework.core.host_env import HostStep
+from framework.core.keys import rollout_draws
+from framework.sebulba.actor import first_round_keys, next_round_keys
+from framework.sebulba.runtime import BoundedQueue, StopSignal
+from framework.sebulba.trainer import HostRun
 
 ROUNDS = 6
 OVERRIDES = ["algo=dqn", "env=cartpole", "num_seeds=2", "algo.num_envs=4", "algo.train_every=32",

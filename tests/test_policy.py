@@ -1,4 +1,4 @@
-"""The saved policy as a product: load_policy, `python -m framework.evaluate`, GIFs, and bad input."""
+"""The saved policy as a product: load_policy, `python -m framework.tools.evaluate`, GIFs, and bad input."""
 import dataclasses
 import json
 from types import SimpleNamespace
@@ -13,16 +13,16 @@ from PIL import Image
 
 from envs import make
 from envs.gridworld import CELL_PIXELS, COLOURS
-from framework import registry
-from framework.errors import ConfigError
-from framework.policy import load_policy, read_policy, save_policies
+from framework.core import registry
+from framework.core.errors import ConfigError
+from framework.run.policy import load_policy, read_policy, save_policies
 
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
 def evaluate_cli(*args, env=None):
-    """`python -m framework.evaluate ARGS` in a subprocess."""
-    return run_python(*map(str, args), module="framework.evaluate", env={"PYTHONPATH": str(ROOT), **(env or {})})
+    """`python -m framework.tools.evaluate ARGS` in a subprocess."""
+    return run_python(*map(str, args), module="framework.tools.evaluate", env={"PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def one_paragraph_error(result):
@@ -156,7 +156,7 @@ def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
 def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     train_cfg = _fake_train_config(algo_name, env_name)
     env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
-    from framework.policy import abstract_policy
+    from framework.run.policy import abstract_policy
 
     template = abstract_policy(algorithm)
     # random policies, not the initial ones: every array must survive the round trip exactly
@@ -187,7 +187,7 @@ def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     env, _, _ = registry.build(train_cfg.env, train_cfg.algo)
     small = _fake_train_config("dqn", "cartpole", hidden_sizes=[32, 32])
     _, _, small_algorithm = registry.build(small.env, small.algo)
-    from framework.policy import abstract_policy
+    from framework.run.policy import abstract_policy
 
     policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), abstract_policy(small_algorithm))
     save_policies(tmp_path, "final", policies, train_cfg, env)  # arrays of [32, 32] saved beside a [64, 64] config

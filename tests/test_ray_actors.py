@@ -1,4 +1,4 @@
-"""actors=ray: Ray actor processes on a two-node cluster feed the driver's learner (framework/ray_actors.py).
+"""actors=ray: Ray actor processes on a two-node cluster feed the driver's learner (framework/sebulba/ray/actors.py).
 
 One cluster for the module: tests/ray_scenarios.py runs every scenario inside a private network namespace
 (`unshare -n`, loopback brought up), so nothing it starts is reachable from outside; each test reads one
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from framework.config import RayConfig
-from framework.errors import ConfigError
-from framework.ray_cluster import check_ports_free
+from framework.core.config import RayConfig
+from framework.core.errors import ConfigError
+from framework.sebulba.ray.cluster import check_ports_free
 
 SCENARIOS = ROOT / "tests" / "ray_scenarios.py"
 
@@ -198,7 +198,7 @@ def test_ray_or_its_client_extra_missing_is_a_config_error_before_anything_start
     """A plain `pip install ray` has no grpcio, and its local head would refuse its client port with a traceback."""
     import importlib.util
 
-    from framework.config import TrainConfig
+    from framework.core.config import TrainConfig
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == missing else find_spec(name))
@@ -230,8 +230,8 @@ def test_ten_free_running_seeds_on_two_nodes_end_solved(kill, tmp_path):
 
 
 def test_an_actor_process_refuses_a_driver_of_other_versions():
-    from framework.ray_actors import ActorProcess
-    from framework.ray_cluster import versions
+    from framework.sebulba.ray.actors import ActorProcess
+    from framework.sebulba.ray.cluster import versions
 
     driver = {**versions(), "jax": "0.0.1"}
     with pytest.raises(RuntimeError, match=r"the driver .*'jax': '0.0.1'.*lightspeed, jax and Python"):

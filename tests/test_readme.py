@@ -2,7 +2,7 @@
 
 The commands run in a temporary directory (so `runs/...` and `sweeps/...` land there) against
 this checkout's run.py; `total_env_steps`, the evaluation cadence and episode counts are replaced by small
-values. `python -m framework.report` and `python -m framework.evaluate` run as written.
+values. `python -m framework.tools.report` and `python -m framework.tools.evaluate` run as written.
 Installing and the test suite itself are not rerun; `wandb sync` needs a network, so for it we
 check that the path it is given exists.
 """
@@ -70,11 +70,12 @@ def test_the_readme_has_commands_to_run():
 
 def test_a_command_that_reads_an_earlier_ones_dir_runs_after_it():
     chains = command_chains(["python run.py hydra.run.dir=runs/a", "python run.py",
-                             "python -m framework.evaluate runs/a --gif runs/a/x.gif",
-                             "python run.py -m hydra.sweep.dir=sweeps/b", "python -m framework.report sweeps/b"])
-    assert chains == [["python run.py hydra.run.dir=runs/a", "python -m framework.evaluate runs/a --gif runs/a/x.gif"],
+                             "python -m framework.tools.evaluate runs/a --gif runs/a/x.gif",
+                             "python run.py -m hydra.sweep.dir=sweeps/b", "python -m framework.tools.report sweeps/b"])
+    assert chains == [["python run.py hydra.run.dir=runs/a",
+                       "python -m framework.tools.evaluate runs/a --gif runs/a/x.gif"],
                       ["python run.py"], ["python run.py -m hydra.sweep.dir=sweeps/b",
-                                          "python -m framework.report sweeps/b"]]
+                                          "python -m framework.tools.report sweeps/b"]]
 
 
 @pytest.mark.parametrize("chain", CHAINS, ids=" ; ".join)
@@ -94,7 +95,7 @@ def run_readme_command(command: str, workdir) -> None:
         return
     if tokens[:2] == ["python", "run.py"]:
         result = run_python(*small_run(tokens[2:]), cwd=workdir, env=env, timeout=600)
-    elif tokens[:3] in (["python", "-m", "framework.report"], ["python", "-m", "framework.evaluate"]):
+    elif tokens[:3] in (["python", "-m", "framework.tools.report"], ["python", "-m", "framework.tools.evaluate"]):
         env["PYTHONPATH"] = str(ROOT)
         result = run_python(*tokens[3:], module=tokens[2], cwd=workdir, env=env, timeout=600)
     else:
@@ -117,7 +118,7 @@ def test_the_readme_keys_show_what_python_run_py_runs():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from framework.config import CONF_DIR, register_schemas
+    from framework.core.config import CONF_DIR, register_schemas
 
     rows = configuration_table()
     assert len(rows) >= 8 and "total_env_steps" in rows

@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from framework.errors import ConfigError
-from framework.resources import GIB, check_fits, state_bytes
+from framework.core.errors import ConfigError
+from framework.run.resources import GIB, check_fits, state_bytes
 
 STATE = {"replay_state": {"obs": jax.ShapeDtypeStruct((1000, 4), jnp.float32)}, "params": jnp.zeros(10)}
 

@@ -1,4 +1,4 @@
-"""framework/runtime.py: the rate limiter's bound checked on counts at every grant, and the blocking primitives'
+"""framework/sebulba/runtime.py: the rate limiter's bound checked on counts at every grant, and the blocking primitives'
 timeouts and stops."""
 import threading
 import time
@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from framework.runtime import (
+from framework.sebulba.runtime import (
     BoundedQueue,
     ParameterStore,
     RateLimiter,

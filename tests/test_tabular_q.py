@@ -9,7 +9,7 @@ from conftest import compose_config
 from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
 from algorithms.tabular_q import TabularQConfig, make_tabular_q
 from envs import make
-from framework.trainer import train
+from framework.app.train import train
 
 MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
 DISCOUNT = 0.9

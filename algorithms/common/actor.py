@@ -1,7 +1,7 @@
 """The actor part DQN and Ape-X share: act epsilon-greedily, turn each env step into an n-step replay item.
 
 The same two functions run inside the single program (a JAX env stepped between them) and in the
-actor threads of framework/host_actor.py (a host env stepped between two jitted calls).
+actor threads of framework/sebulba/actor.py (a host env stepped between two jitted calls).
 """
 from typing import Any, Optional
 

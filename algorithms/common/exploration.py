@@ -36,13 +36,3 @@ def actor_epsilons(num_actors: int, epsilon: float, alpha: float) -> jax.Array:
     fractions = jnp.arange(num_actors) / max(num_actors - 1, 1)
     return jnp.asarray(epsilon, jnp.float32) ** (1.0 + alpha * fractions)
 
-
-def rollout_draws(key: jax.Array, num_steps: int, num_envs: int) -> tuple[jax.Array, jax.Array]:
-    """A whole rollout's randomness at once: a uniform per decision and a key per env step, each
-    [num_steps, num_envs], cut from one draw of random words. Every draw site is a threefry loop
-    for XLA to compile and run: one per rollout instead of three per step (split, uniform, split)."""
-    key_words = jax.random.key_data(key).shape[-1]
-    words = jax.random.bits(key, (num_steps, num_envs, 1 + key_words), jnp.uint32)
-    # 23 random mantissa bits under the exponent of 1.0: a float in [1, 2), minus 1 (as jax.random.uniform)
-    uniforms = jax.lax.bitcast_convert_type((words[..., 0] >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-    return uniforms, jax.random.wrap_key_data(words[..., 1:], impl=jax.random.key_impl(key))

@@ -8,6 +8,7 @@ Two layouts share one device axis:
   parameters stay identical on all devices. The state is laid out [device, seed, ...].
 """
 import math
+from pathlib import Path
 from typing import Any, Optional
 
 import jax
@@ -16,8 +17,8 @@ from jax.experimental import multihost_utils
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
-from framework.config import DistributedConfig
-from framework.errors import ConfigError, check
+from framework.core.config import DistributedConfig
+from framework.core.errors import ConfigError, check, check_writable_dir
 
 DEVICE_AXIS = "device"
 
@@ -92,3 +93,12 @@ def initialize_distributed(config: DistributedConfig) -> None:
                           f"an address where all {config.num_processes} processes meet",
                           str(error).splitlines()[0]) from None
 
+
+def use_compilation_cache(directory: Optional[str]) -> None:
+    """Keep compiled programs on disk (null: off); checked before anything compiles."""
+    if directory is None:
+        return
+    path = Path(directory).expanduser()
+    check_writable_dir(path, "compilation_cache")
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -7,7 +7,7 @@ Each file holds the policy's arrays (network parameters, a Q-table) and the fact
 the network and env around them (the resolved `algo` and `env` config, the observation shape and
 the number of actions, the run's seed), in Flax's msgpack encoding.
 
-    from framework.policy import load_policy
+    from framework.run.policy import load_policy
     policy = load_policy("runs/first", seed_index=0, which="final")
     action = policy(observation)          # one observation -> int; a batch [B, ...] -> [B] actions
 """
@@ -21,10 +21,10 @@ import numpy as np
 from flax import serialization
 from jax.sharding import Mesh, PartitionSpec
 
-from framework import registry
-from framework.algorithm import Algorithm
-from framework.errors import ConfigError, check
-from framework.parallel import DEVICE_AXIS
+from framework.core import registry
+from framework.core.algorithm import Algorithm
+from framework.core.devices import DEVICE_AXIS
+from framework.core.errors import ConfigError, check
 
 POLICY_DIR = "policies"
 KINDS = ("final", "best")

@@ -1,4 +1,4 @@
-"""The actor side of a host run (framework/host_trainer.py): the jitted programs both sides call, the chain of
+"""The actor side of a host run (framework/sebulba/trainer.py): the jitted programs both sides call, the chain of
 round keys the single program draws, and one actor thread's loop over its share of every seed's envs.
 
 An actor thread steps its host vector env and makes one jitted call per vector step: record the step into the
@@ -15,11 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algorithms.common.exploration import rollout_draws
-from framework.algorithm import ActorLearner, Algorithm
-from framework.evaluation import run_keys
-from framework.host_env import HostEnvError, derived_seed
-from framework.parallel import DEVICE_AXIS
+from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.devices import DEVICE_AXIS
+from framework.core.host_env import HostEnvError, derived_seed
+from framework.core.keys import rollout_draws, run_keys
 
 
 def with_device_axis(fn: Callable) -> Callable:

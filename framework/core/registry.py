@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from framework.algorithm import check_fields
-from framework.errors import ConfigError, PluginError, check
+from framework.core.algorithm import check_fields
+from framework.core.errors import ConfigError, PluginError, check
 
 ENTRY_POINT_GROUPS = {"env": "lightspeed.envs", "algo": "lightspeed.algorithms"}
 BUILTIN_MODULES = {"env": ("envs",), "algo": ("algorithms",)}
@@ -32,7 +32,7 @@ class Entry:
     encodings: Optional[dict[str, str]] = None
     # algorithms: the observation kinds it consumes
     consumes: tuple[str, ...] = NETWORK_INPUTS
-    # envs stepped on the host in Python (framework/host_trainer.py), not in JAX
+    # envs stepped on the host in Python (framework/sebulba/trainer.py), not in JAX
     host: bool = False
 
 
@@ -50,7 +50,7 @@ def _register(kind: str, name: str, config_class: type, **declared: Any) -> Call
 
 def register_env(name: str, config: type, encodings: Optional[dict[str, str]] = None, host: bool = False) -> Callable:
     """Decorate `factory(config) -> (env, env_params)`; `config` is its dataclass schema; `host`: the env is
-    stepped in Python by actor threads (it has the spaces of framework/env.py's Environment, not its JAX step).
+    stepped in Python by actor threads (it has the spaces of framework/core/env.py's Environment, not its JAX step).
 
     `encodings`: an env that can encode its observations several ways names them (its config's
     `observation` key) with the kind each gives; `observation: null` lets the algorithm choose.

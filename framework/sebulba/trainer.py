@@ -7,8 +7,8 @@
     main thread     evaluates parameter snapshots taken at exact env-step boundaries, logs, writes results
 
 Every seed's envs step as one batch with its parameters vmapped, as in the single program; the actor
-threads' loop and the programs both sides call are in framework/host_actor.py. The rate limiter
-(framework/runtime.py) holds learner samples per inserted item to `runtime.samples_per_insert`.
+threads' loop and the programs both sides call are in framework/sebulba/actor.py. The rate limiter
+(framework/sebulba/runtime.py) holds learner samples per inserted item to `runtime.samples_per_insert`.
 `runtime.mode=lockstep` runs the same parts in one thread: block k is acted with the parameters
 published after learner round k-1, then its share of samples is drawn, so a run is reproducible.
 Reproducibility in free mode is not promised: the thread schedule decides which parameters an action used.
@@ -24,19 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import OmegaConf
 
-from framework.algorithm import ActorLearner, Algorithm
-from framework.checkpoint import Checkpointer
-from framework.config import TrainConfig
-from framework.errors import HostRunError, check
-from framework.host_actor import Actor, Meter, column_order, first_round_keys, host_programs
-from framework.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
-from framework.loggers import make_loggers
-from framework.plots import plot_learning_curve
-from framework.policy import save_policies
-from framework.progress import ProgressBar, print_line
-from framework.protocol import BestPolicies, EvaluationHistory, seed_results
-from framework.resources import GIB, check_fits
-from framework.run_common import (
+from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.config import TrainConfig
+from framework.core.errors import HostRunError, check
+from framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
+from framework.run.checkpoint import Checkpointer
+from framework.run.common import (
     StopRequest,
     format_line,
     format_outputs,
@@ -46,7 +39,14 @@ from framework.run_common import (
     open_run_dir,
     summarize,
 )
-from framework.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
+from framework.run.loggers import make_loggers
+from framework.run.plots import plot_learning_curve
+from framework.run.policy import save_policies
+from framework.run.progress import ProgressBar, print_line
+from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.run.resources import GIB, check_fits
+from framework.sebulba.actor import Actor, Meter, column_order, first_round_keys, host_programs
+from framework.sebulba.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
 
 
 def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:
@@ -117,8 +117,8 @@ class HostRun:
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
         self.learner_meter = Meter()
-        self.actors: list[Actor] = []  # or framework.ray_actors.RaySlot, with the same contract
-        self.fleet = None  # actors=ray: framework.ray_actors.RayFleet
+        self.actors: list[Actor] = []  # or framework.sebulba.ray.actors.RaySlot, with the same contract
+        self.fleet = None  # actors=ray: framework.sebulba.ray.actors.RayFleet
         self.first_round = self.first_updates = 0  # where this process started (a resumed run: its checkpoint)
         self.stop_requested = False  # set by the main thread on a signal: the learner ends after its round
 
@@ -159,7 +159,7 @@ class HostRun:
 
     def start_ray_slots(self, seeds: list[int]) -> None:
         """actors=ray: the cluster, a Ray actor process per slot (started at once), each slot opened in its own."""
-        from framework.ray_actors import RayFleet, RaySlot
+        from framework.sebulba.ray.actors import RayFleet, RaySlot
 
         self.fleet = RayFleet(self.train, self.timeout)
         in_flight = 1 if self.train.runtime.mode == "lockstep" else self.train.ray.blocks_in_flight
@@ -315,7 +315,7 @@ class HostRun:
 def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_episodes: int,
                    first_seed: int, seeds: Optional[Sequence[int]] = None) -> np.ndarray:
     """Every seed's `num_episodes` greedy returns [S, episodes] in envs of their own; seed s's episode e is
-    reset with `first_seed + s * num_episodes + e` (framework.evaluate replays them). `seeds`: only these
+    reset with `first_seed + s * num_episodes + e` (framework.tools.evaluate replays them). `seeds`: only these
     seeds play (params [S, ...] still hold every seed's), their returns [len(seeds), episodes]."""
     seeds = list(range(num_seeds)) if seeds is None else list(seeds)
     if len(seeds) < num_seeds:
@@ -397,10 +397,10 @@ def wait_for_report(reports: BoundedQueue, stop: StopSignal, learner: threading.
 
 def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run_dir: Path,
                seconds: Callable[[], float], sweep_group: Optional[str]) -> dict:
-    """The host-env counterpart of framework.trainer.train's loop: the same logs, checkpoints, summary, policies
-    and plots. A checkpoint is taken at a quiet point of the learner (after a round); resuming restores the
-    learner, its replay, the counters and the history, drops the blocks that were in flight and reseeds the envs
-    from the seed and the env step: the run continues, but not bit-identically to one that never stopped."""
+    """The host-env counterpart of framework.anakin.trainer.train_single_program's loop: the same logs, checkpoints,
+    summary, policies and plots. A checkpoint is taken at a quiet point of the learner (after a round); resuming
+    restores the learner, its replay, the counters and the history, drops the blocks that were in flight and reseeds
+    the envs from the seed and the env step: the run continues, but not bit-identically to one that never stopped."""
     check_host_run(train, algorithm.actor_learner, train.algo.name)
     checkpointer = open_run_dir(train, cfg, run_dir)
     keep = train.checkpoint.keep if train.checkpoint.every else 0

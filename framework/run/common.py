@@ -1,4 +1,4 @@
-"""What the two drivers share (framework/trainer.py's single program, framework/host_trainer.py's actors and
+"""What the two drivers share (framework/anakin/trainer.py's single program, framework/sebulba/trainer.py's actors and
 learner): the run dir, Ctrl-C and SIGTERM, the log line, the summary, the run's closing lines."""
 import os
 import shlex
@@ -10,11 +10,11 @@ from typing import Any, Optional
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from framework.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
-from framework.config import TrainConfig
-from framework.errors import ConfigError, check_writable_dir
-from framework.parallel import is_writer
-from framework.protocol import SOLVE_RULE
+from framework.core.config import TrainConfig
+from framework.core.devices import is_writer
+from framework.core.errors import ConfigError, check_writable_dir
+from framework.run.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
+from framework.run.protocol import SOLVE_RULE
 
 
 def rate_name(counter: str) -> str:
@@ -93,7 +93,7 @@ def format_outputs(run_dir: Path) -> list[str]:
     listed = ", ".join(name + ("/" if entries[name].is_dir() else "") + notes.get(name, "") for name in order)
     where = shown_path(run_dir)
     return [f"outputs in {where}: {listed}",
-            f"play the saved policies: python -m framework.evaluate {shlex.quote(where)}"]
+            f"play the saved policies: python -m framework.tools.evaluate {shlex.quote(where)}"]
 
 
 def learning_curve_title(algo_name: str, env: Any) -> str:

@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.errors import PluginError
+from framework.core.errors import PluginError
 
 Metrics = dict[str, jax.Array]
 
 
 class ActorLearner(NamedTuple):
-    """An algorithm in two parts, for actors that step host envs (framework/host_trainer.py). Every function is
+    """An algorithm in two parts, for actors that step host envs (framework/sebulba/trainer.py). Every function is
     one seed's (the driver vmaps them); the single-program `update` runs the same parts with a JAX env between.
 
     A step, as `observe` takes it: {"obs", "action", "reward", "terminated", "truncated", "final_obs", "acted",
@@ -64,8 +64,8 @@ class Algorithm(NamedTuple):
     population_policy: bool = False
     # Optional host-side outputs from the final states of all seeds, e.g. tables and plots.
     save_artifacts: Optional[Callable[[Any, Path], None]] = None
-    # True: one learner per device averaging gradients with framework.parallel.mean_over_devices;
-    # init and update then run inside the device axis (framework.parallel.device_index works).
+    # True: one learner per device averaging gradients with framework.core.devices.mean_over_devices;
+    # init and update then run inside the device axis (framework.core.devices.device_index works).
     parallel_learners: bool = False
     # Cumulative metrics (e.g. "learner/updates") the trainer also logs as "<name>_per_second".
     counters: tuple[str, ...] = ()
@@ -94,7 +94,7 @@ def check_fields(name: str, algorithm: Any) -> None:
             raise PluginError("algorithm", name, problem, allowed)
 
     require(isinstance(algorithm, Algorithm), f"its factory returned a {type(algorithm).__name__}",
-            "a framework.algorithm.Algorithm")
+            "a framework.core.algorithm.Algorithm")
     for field in ("init", "update", "policy", "act"):
         value = getattr(algorithm, field)
         require(callable(value), f"{field}={value!r}", "a function (see the field's comment)")

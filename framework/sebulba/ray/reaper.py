@@ -1,4 +1,4 @@
-"""`python -m framework.ray_reaper PARENT_PID -- COMMAND...`: run COMMAND (a local Ray head, `ray start --head
+"""`python -m framework.sebulba.ray.reaper PARENT_PID -- COMMAND...`: run COMMAND (a local Ray head, `ray start --head
 --block`) in this process's session and, once PARENT_PID is gone, COMMAND ended or a SIGTERM/SIGINT arrived,
 stop every process of the session: SIGTERM, a grace period, then SIGKILL (this process included).
 

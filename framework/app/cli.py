@@ -8,9 +8,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from framework import registry
-from framework.config import CONF_DIR
-from framework.errors import ConfigError, check_writable_dir
+from framework.core import registry
+from framework.core.config import CONF_DIR
+from framework.core.errors import ConfigError, check_writable_dir
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 

@@ -4,8 +4,9 @@ outlives, with its ports pinned by keys, a per-run token and no dashboard unless
 Security: Ray's gRPC servers accept any client that can reach them, so a local head always runs with token
 authentication (RAY_AUTH_MODE=token) and a fresh token in a file of mode 0600 in the run's own session dir, not a
 token shared through ~/.ray. Ray binds most listeners to every interface whatever `node_ip_address` says; the
-README's "Running on a Ray cluster" lists each one with its key. The head runs under framework/ray_reaper.py in a
-session of its own: a driver stopped by Ctrl-C, SIGTERM or even SIGKILL leaves no process of it behind.
+README's "Running on a Ray cluster" lists each one with its key. The head runs under
+framework/sebulba/ray/reaper.py in a session of its own: a driver stopped by Ctrl-C, SIGTERM or even SIGKILL leaves
+no process of it behind.
 """
 import contextlib
 import importlib.metadata
@@ -21,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.config import RAY_PORT_KEYS, RayConfig
-from framework.errors import ConfigError, check
+from framework.core.config import RAY_PORT_KEYS, RayConfig
+from framework.core.errors import ConfigError, check
 
 TOKEN_NAME = "auth_token"
 MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store stays under 107 bytes

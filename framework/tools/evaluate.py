@@ -1,4 +1,4 @@
-"""Play a run's saved policies: `python -m framework.evaluate RUN_DIR [--which final|best]
+"""Play a run's saved policies: `python -m framework.tools.evaluate RUN_DIR [--which final|best]
 [--episodes N] [--seed N] [--gif PATH]`.
 
 Every seed's saved policy plays N greedy episodes of the run's own env (its saved env params), a
@@ -17,10 +17,11 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from framework.env import can_render
-from framework.errors import ConfigError, check, check_writable_dir
-from framework.evaluation import FINAL_EVALUATION, make_evaluate, make_record_episode, run_keys
-from framework.policy import KINDS, SavedPolicies, load_policies
+from framework.core.env import can_render
+from framework.core.errors import ConfigError, check, check_writable_dir
+from framework.core.evaluation import make_evaluate, make_record_episode
+from framework.core.keys import FINAL_EVALUATION, run_keys
+from framework.run.policy import KINDS, SavedPolicies, load_policies
 
 GIF_MAX_FPS = 25  # viewers slow down frames shorter than 20-40 ms: faster envs show every k-th step
 GIF_LAST_FRAME_MS = 1000
@@ -36,7 +37,7 @@ class OneParagraphParser(argparse.ArgumentParser):
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = OneParagraphParser(prog="python -m framework.evaluate", description=__doc__.splitlines()[0])
+    parser = OneParagraphParser(prog="python -m framework.tools.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run dir written by run.py")
     parser.add_argument("--which", default="final", help="final (the policy the run ended with) or best")
     parser.add_argument("--episodes", type=int, default=100, help="greedy episodes per seed (default 100)")
@@ -59,8 +60,8 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
     num_seeds = saved.meta["num_seeds"]
     if getattr(saved.env, "host", False):  # a gymnasium env: the final evaluation's episode seeds
-        from framework.host_actor import greedy_program
-        from framework.host_trainer import evaluation_seed, greedy_returns
+        from framework.sebulba.actor import greedy_program
+        from framework.sebulba.trainer import evaluation_seed, greedy_returns
 
         return greedy_returns(saved.env, greedy_program(saved.algorithm), saved.policies, num_seeds, episodes,
                               evaluation_seed(seed, num_seeds, -1))
@@ -91,9 +92,9 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
 
 def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
     """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
-    from framework.host_actor import greedy_program
-    from framework.host_env import EpisodeExploration, encode_observations
-    from framework.host_trainer import evaluation_epsilon, evaluation_seed
+    from framework.core.host_env import EpisodeExploration, encode_observations
+    from framework.sebulba.actor import greedy_program
+    from framework.sebulba.trainer import evaluation_epsilon, evaluation_seed
 
     try:
         env = saved.env.evaluation_env(render_mode="rgb_array")

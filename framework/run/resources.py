@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import jax
 
-from framework.errors import ConfigError
+from framework.core.errors import ConfigError
 
 GIB = 2**30
 

@@ -1,19 +1,11 @@
-"""Greedy evaluation: a batch of episodes per seed, stepped without auto-reset."""
+"""Greedy evaluation on a JAX env: a batch of episodes per seed, stepped without auto-reset (pure functions over
+the env contract, shared by the single program, the tools and algorithms that record an episode)."""
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
-from framework.env import Environment
-
-FINAL_EVALUATION = 2**31 - 1  # the final evaluation's number: its keys differ from every periodic one's
-
-
-def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[jax.Array, jax.Array]:
-    """Every seed's init key, and every seed's key for evaluation number `evaluation` (seed: uint32)."""
-    init_key, eval_root_key = jax.random.split(jax.random.key(seed))
-    eval_key = jax.random.fold_in(eval_root_key, evaluation)
-    return jax.random.split(init_key, num_seeds), jax.random.split(eval_key, num_seeds)
+from framework.core.env import Environment
 
 
 def _make_play(env: Environment, env_params: Any, act: Callable, num_episodes: int, record: bool) -> Callable:

@@ -1,13 +1,13 @@
-"""actors=ray: the actor slots of a host run (framework/host_trainer.py) step their envs in Ray actor processes
+"""actors=ray: the actor slots of a host run (framework/sebulba/trainer.py) step their envs in Ray actor processes
 anywhere in the cluster; the learner, the replay and the evaluations stay in the driver.
 
     ActorProcess  a Ray actor: the run's env and algorithm rebuilt from its config, a jitted CPU policy, and the
-                  framework.host_actor.Actor of each slot it holds (one; more once a lost node's slots move to it)
+                  framework.sebulba.actor.Actor of each slot it holds (one; more once a lost node's slots move to it)
     RaySlot       the driver's stand-in for one slot's Actor (same `block` call, meters and episode returns): it
                   asks its process for the next `ray.blocks_in_flight` blocks ahead and waits for the oldest
     RayFleet      the cluster, the live processes and the parameters: one `ray.put` per published version
 
-Slot k owns the env columns an actor thread k would (framework.host_actor.column_order), so Ape-X's actor i of
+Slot k owns the env columns an actor thread k would (framework.sebulba.actor.column_order), so Ape-X's actor i of
 seed s keeps its envs and epsilon. A slot whose process dies is reopened, up to `ray.max_restarts` times, in a new
 process or, when none starts within `ray.start_timeout_s` (its node is gone), in a live one: its blocks in flight
 are dropped and counted, and its envs are reseeded from (seed, slot, env step, restart count). The learner asks
@@ -22,11 +22,11 @@ from typing import Any, Callable, Optional
 import jax
 import numpy as np
 
-from framework.errors import HostRunError
-from framework.host_actor import Actor, Meter, column_order, host_programs
-from framework.host_env import derived_seed
-from framework.ray_cluster import first_line
-from framework.runtime import RuntimeStopped, RuntimeWaitTimeout
+from framework.core.errors import HostRunError
+from framework.core.host_env import derived_seed
+from framework.sebulba.actor import Actor, Meter, column_order, host_programs
+from framework.sebulba.ray.cluster import first_line
+from framework.sebulba.runtime import RuntimeStopped, RuntimeWaitTimeout
 
 # one XLA and one OpenMP thread per actor process: actors beside the learner leave its cores (and GPU) alone
 ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1",
@@ -39,9 +39,9 @@ class ActorProcess:
     """The body of a Ray actor process (wrapped by `ray.remote` in RayFleet): the envs of its slots."""
 
     def __init__(self, train: Any, driver_versions: dict):
-        from framework import registry
-        from framework.ray_cluster import versions
-        from framework.trainer import use_compilation_cache
+        from framework.core import registry
+        from framework.core.devices import use_compilation_cache
+        from framework.sebulba.ray.cluster import versions
 
         mine = versions()
         if mine != driver_versions:
@@ -93,7 +93,7 @@ class RayFleet:
     """The driver's side of the cluster: the Ray actor processes of a run and the parameters they act with."""
 
     def __init__(self, train: Any, timeout_s: float):
-        from framework.ray_cluster import connect, versions
+        from framework.sebulba.ray.cluster import connect, versions
 
         self.train, self.config, self.timeout_s = train, train.ray, timeout_s
         self.ray, self.head = connect(self.config, self.config.start_timeout_s)
@@ -202,7 +202,7 @@ def cause_of(error: BaseException) -> str:
 
 
 class RaySlot:
-    """Slot `index` of a run, acted in a Ray actor process; `block` has framework.host_actor.Actor's contract."""
+    """Slot `index` of a run, acted in a Ray actor process; `block` has framework.sebulba.actor.Actor's contract."""
 
     def __init__(self, fleet: RayFleet, process: Optional[Any], index: int, env_seed: int, round_keys: jax.Array,
                  first_round: int, num_rounds: int, block_items: int, block_steps: int, next_round: Callable,

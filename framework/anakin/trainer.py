@@ -1,10 +1,10 @@
-"""The single-program driver: one compiled program per chunk of updates, the host only between chunks (a host
-env goes to framework/host_trainer.py's actors and learner; what both share is in framework/run_common.py).
+"""The single-program driver (Anakin): one compiled program per chunk of updates, the host only between chunks
+(a host env goes to framework/sebulba's actors and learner; what both share is in framework/run).
 
     run_chunk = jit(shard_map(scan(vmap_over_seeds(algorithm.update), K)))
 
 The shard_map's device axis splits the seeds, or (learner-parallel algorithms) holds one learner
-per device; see framework/parallel.py.
+per device; see framework/core/devices.py.
 """
 import gc
 import json
@@ -19,29 +19,21 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from omegaconf import DictConfig, OmegaConf
 
-from framework import registry
-from framework.algorithm import Algorithm, check_outputs
-from framework.checkpoint import Checkpointer
-from framework.config import TrainConfig, chunk_updates, validated
-from framework.errors import TrainingDiverged, check_writable_dir
-from framework.evaluation import FINAL_EVALUATION, make_evaluate, run_keys
-from framework.host_trainer import train_host
-from framework.loggers import Loggers, make_loggers
-from framework.parallel import (
+from framework.core import registry
+from framework.core.algorithm import Algorithm, check_outputs
+from framework.core.config import TrainConfig, chunk_updates
+from framework.core.devices import (
     DEVICE_AXIS,
-    check_num_devices,
-    initialize_distributed,
     is_writer,
     make_mesh,
     to_devices,
     to_host,
 )
-from framework.plots import plot_learning_curve
-from framework.policy import save_policies
-from framework.progress import ProgressBar, print_line
-from framework.protocol import BestPolicies, EvaluationHistory, seed_results
-from framework.resources import check_fits
-from framework.run_common import (
+from framework.core.errors import TrainingDiverged
+from framework.core.evaluation import make_evaluate
+from framework.core.keys import FINAL_EVALUATION, run_keys
+from framework.run.checkpoint import Checkpointer
+from framework.run.common import (
     StopRequest,
     format_line,
     format_outputs,
@@ -52,6 +44,12 @@ from framework.run_common import (
     rate_name,
     summarize,
 )
+from framework.run.loggers import Loggers, make_loggers
+from framework.run.plots import plot_learning_curve
+from framework.run.policy import save_policies
+from framework.run.progress import ProgressBar, print_line
+from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.run.resources import check_fits
 
 
 def _on_this_device(tree: Any) -> Any:
@@ -227,16 +225,6 @@ def chunk_record(metrics: dict, algorithm: Algorithm, env_steps: int, wall_secon
     return record
 
 
-def use_compilation_cache(directory: Optional[str]) -> None:
-    """Keep compiled programs on disk (null: off); checked before anything compiles."""
-    if directory is None:
-        return
-    path = Path(directory).expanduser()
-    check_writable_dir(path, "compilation_cache")
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-
-
 class Run(NamedTuple):
     """A compiled run: its programs, layout and sizes, and the evaluation calls the host loop makes."""
 
@@ -325,21 +313,12 @@ def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, sum
                             train_cfg.target_return, learning_curve_title(train_cfg.algo.name, env))
 
 
-def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
-          sweep_group: Optional[str] = None) -> dict:
-    """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
+def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_params: Any, algorithm: Algorithm,
+                         run_dir: Path, seconds: Callable[[], float], sweep_group: Optional[str] = None) -> dict:
+    """Compile and run a JAX env's training; write metrics, summary, plots, policies and checkpoints into `run_dir`.
 
     Under several processes every process runs the same loop on its devices; the first one alone writes.
     """
-    launch_time = time.time() if launch_time is None else launch_time
-    seconds = lambda: time.time() - launch_time
-    train_cfg = validated(cfg)
-    initialize_distributed(train_cfg.distributed)
-    check_num_devices(train_cfg.num_devices)
-    use_compilation_cache(train_cfg.compilation_cache)
-    env, env_params, algorithm = build(train_cfg)
-    if getattr(env, "host", False):  # stepped in Python: actors and learner apart
-        return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
     writer = is_writer()
     checkpointer = open_run_dir(train_cfg, cfg, run_dir)
     run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir,

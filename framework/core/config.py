@@ -15,10 +15,19 @@ from typing import Any, Dict, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from framework import registry
-from framework.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.core import registry
+from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+def conf_dir() -> Path:
+    """The built-in config groups: shipped inside the installed package (framework/conf), or the repository's
+    conf/ in a source checkout or an editable install."""
+    package_root = Path(__file__).resolve().parent.parent
+    shipped = package_root / "conf"
+    return shipped if (shipped / "config.yaml").exists() else package_root.parent / "conf"
+
+
+CONF_DIR = conf_dir()
 WANDB_MODES = ("auto", "offline", "online", "disabled")
 NAN_POLICIES = ("stop", "warn")
 
@@ -61,7 +70,7 @@ RUNTIME_MODES = ("free", "lockstep")
 
 @dataclasses.dataclass
 class RuntimeConfig:
-    """Actors and learner apart (host envs, framework/host_trainer.py); the single program ignores these keys."""
+    """Actors and learner apart (host envs, framework/sebulba/trainer.py); the single program ignores these keys."""
 
     # free: actor threads and the learner run at once, held to samples_per_insert; lockstep: block k is acted
     # with the parameters after learner round k-1, then its share of samples is drawn (reproducible, slower)
@@ -92,8 +101,8 @@ RAY_PORT_KEYS = ("port", "node_manager_port", "object_manager_port", "runtime_en
 
 @dataclasses.dataclass
 class RayConfig:
-    """actors=ray (framework/ray_actors.py): each actor slot (a share of every seed's env columns) steps its envs
-    in a Ray actor process anywhere in the cluster; the learner stays in this process on its device."""
+    """actors=ray (framework/sebulba/ray/actors.py): each actor slot (a share of every seed's env columns) steps its
+    envs in a Ray actor process anywhere in the cluster; the learner stays in this process on its device."""
 
     # null: start a local head (ports below, a per-run token); auto or host:port: join a running cluster
     address: Optional[str] = None

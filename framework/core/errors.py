@@ -80,7 +80,7 @@ class PluginError(Exception):
 
     def __init__(self, kind: str, name: str, problem: str, allowed: str):
         self.kind, self.name = kind, name
-        documented = {"algorithm": "framework/algorithm.py", "env": "framework/env.py"}[kind]
+        documented = {"algorithm": "framework/core/algorithm.py", "env": "framework/core/env.py"}[kind]
         super().__init__(f"The {kind} {name!r} breaks the framework's contract: {problem}. Allowed: {allowed}. "
                          f"This is a bug in the {kind}'s code, not in the config ({documented} documents the "
                          "contract).")

@@ -6,7 +6,7 @@
 
 `terminated` is a real end (no bootstrap); `truncated` is a time limit (bootstrap from
 `info["final_observation"]`, the observation before the automatic reset). An env may also draw
-itself (`render(state, params) -> uint8 [H, W, 3]`, gymnax-style) for `framework.evaluate --gif`.
+itself (`render(state, params) -> uint8 [H, W, 3]`, gymnax-style) for `framework.tools.evaluate --gif`.
 `EpisodeStatistics` wraps any env with the bookkeeping of finished episodes every algorithm logs.
 """
 from typing import Any

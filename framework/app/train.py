@@ -1,0 +1,30 @@
+"""A run from a composed config: validate, build the env and algorithm, then hand them to the driver of their
+shape: the single program (framework/anakin) for a JAX env, actors and learner apart (framework/sebulba) for
+an env stepped on the host."""
+import time
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from framework.anakin.trainer import train_single_program
+from framework.core import registry
+from framework.core.config import validated
+from framework.core.devices import check_num_devices, initialize_distributed, use_compilation_cache
+from framework.sebulba.trainer import train_host
+
+
+def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
+          sweep_group: Optional[str] = None) -> dict:
+    """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
+    Returns the run's summary (what summary.json holds)."""
+    launch_time = time.time() if launch_time is None else launch_time
+    seconds = lambda: time.time() - launch_time
+    train_cfg = validated(cfg)
+    initialize_distributed(train_cfg.distributed)
+    check_num_devices(train_cfg.num_devices)
+    use_compilation_cache(train_cfg.compilation_cache)
+    env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
+    if getattr(env, "host", False):  # stepped in Python: actors and learner apart
+        return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
+    return train_single_program(train_cfg, cfg, env, env_params, algorithm, run_dir, seconds, sweep_group)
