@@ -24,7 +24,7 @@ from algorithms.common.optimizer import apply_gradients, check_learning_rate_con
 from algorithms.common.prioritized_replay import importance_weights
 from algorithms.common.replays import prioritized_replay
 from algorithms.common.targets import huber, td_errors
-from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.algorithm import ActorLearner, Algorithm, Memory
 from framework.core.devices import device_index, mean_over_devices, num_learners
 from framework.core.env import EpisodeStatistics
 from framework.core.errors import check, check_number, check_positive_int
@@ -294,10 +294,10 @@ def make_apex(config: ApexConfig, env: Any, env_params: Any) -> Algorithm:
         updates_per_learn=config.learner_updates_per_iteration,
         samples_per_learn=config.learner_updates_per_iteration * config.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.learner_updates,
-        sync_period=config.actor_sync_period, replay_capacity=config.buffer_size)
+        sync_period=config.actor_sync_period)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=num_envs * config.rollout_length,
                      parallel_learners=True, counters=("learner/updates",),
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="learner/updates",
                      state_metrics=replay_metrics,
                      headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),
-                     actor_learner=parts)
+                     actor_learner=parts, memory=Memory("replay", "algo.buffer_size", config.buffer_size))

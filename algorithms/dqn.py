@@ -20,7 +20,7 @@ from algorithms.common.nstep import NStepWindow, empty_window
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.replays import uniform_replay
 from algorithms.common.targets import huber, squared, td_errors
-from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.algorithm import ActorLearner, Algorithm, Memory
 from framework.core.env import EpisodeStatistics
 from framework.core.errors import check, check_choice, check_number, check_positive_int
 from framework.core.keys import rollout_draws
@@ -230,8 +230,8 @@ def make_dqn(config: DQNConfig, env: Any, env_params: Any) -> Algorithm:
         updates_per_learn=config.updates_per_train,
         samples_per_learn=config.updates_per_train * config.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.gradient_steps,
-        sync_period=config.actor_sync_period, replay_capacity=config.buffer_size)
+        sync_period=config.actor_sync_period)
     return Algorithm(init, update, policy, greedy, env_steps_per_update=config.train_every,
                      health_metrics=("train/loss", "train/q_mean"), learner_steps="train/gradient_steps",
                      headline_metrics=(("train/episode_return", "train return"), ("train/loss", "loss")),
-                     actor_learner=parts)
+                     actor_learner=parts, memory=Memory("replay", "algo.buffer_size", config.buffer_size))

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from framework.core.algorithm import Memory
 from framework.core.errors import ConfigError
 from framework.run.resources import GIB, check_fits, state_bytes
 
@@ -15,7 +16,10 @@ def test_state_bytes_by_hand():
 
 
 def test_a_state_larger_than_free_memory_names_the_buffer(tmp_path):
+    replay = Memory("replay_state", "algo.buffer_size", 1000)
     with pytest.raises(ConfigError, match=r"algo\.buffer_size.*free memory"):
+        check_fits(STATE, tmp_path, 0, on_cpu=True, memory=replay, free_memory=10_000)
+    with pytest.raises(ConfigError, match=r"num_seeds.*free memory"):  # an algorithm that declares no memory
         check_fits(STATE, tmp_path, 0, on_cpu=True, free_memory=10_000)
     check_fits(STATE, tmp_path, 0, on_cpu=False, free_memory=10_000)  # accelerator memory is not host memory
 

@@ -262,7 +262,8 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
     final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm.act, train_cfg.final_eval_episodes)
                                if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
     compile_start = time.time()
-    fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
+    fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu",
+                                             algorithm.memory)
     seed_dims = (mesh.size, num_seeds) if learners else (num_seeds,)
     observation = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))[0]
 

@@ -17,6 +17,16 @@ from framework.core.errors import PluginError
 Metrics = dict[str, jax.Array]
 
 
+class Memory(NamedTuple):
+    """The part of a seed's state that a config key sizes (its replay): what a run too big for memory is told to
+    lower, and what a host run describes as it starts."""
+
+    path: str  # a name on the state's path to it (as jax.tree_util.keystr writes it), e.g. "replay"
+    key: str  # the config key that sizes it, e.g. "algo.buffer_size"
+    capacity: int  # items one seed's memory holds
+    item: str = "transition"  # what one item is, e.g. "transition" or "sequence"
+
+
 class ActorLearner(NamedTuple):
     """An algorithm in two parts, for actors that step host envs (framework/sebulba/trainer.py). Every function is
     one seed's (the driver vmaps them); the single-program `update` runs the same parts with a JAX env between.
@@ -44,7 +54,6 @@ class ActorLearner(NamedTuple):
     actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
     learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)
     sync_period: int  # learner updates between two refreshes of the actors' parameters
-    replay_capacity: int  # transitions a seed's replay holds
 
 
 class Algorithm(NamedTuple):
@@ -81,6 +90,8 @@ class Algorithm(NamedTuple):
     headline_metrics: tuple[tuple[str, str], ...] = ()
     # The same algorithm in an actor part and a learner part, for host envs; None: JAX envs only.
     actor_learner: Optional[ActorLearner] = None
+    # The part of the state a config key sizes (a replay buffer), named when a run does not fit; None: none.
+    memory: Optional[Memory] = None
 
 
 def _names(value: Any) -> bool:
@@ -101,6 +112,10 @@ def check_fields(name: str, algorithm: Any) -> None:
     for field in ("save_artifacts", "state_metrics"):
         value = getattr(algorithm, field)
         require(value is None or callable(value), f"{field}={value!r}", "None or a function")
+    memory = algorithm.memory
+    require(memory is None or (isinstance(memory, Memory) and all(isinstance(v, str) for v in (memory.path, memory.key))
+                               and isinstance(memory.capacity, numbers.Integral) and memory.capacity >= 1),
+            f"memory={memory!r}", "None or a framework.core.algorithm.Memory(path, key, capacity >= 1)")
     steps = algorithm.env_steps_per_update
     require(isinstance(steps, numbers.Integral) and not isinstance(steps, bool) and steps >= 1,
             f"env_steps_per_update={steps!r}", "a positive integer: the env transitions one update makes in one seed")

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import jax
 
+from framework.core.algorithm import Memory
 from framework.core.errors import ConfigError
 
 GIB = 2**30
@@ -27,17 +28,19 @@ def free_memory_bytes() -> Optional[int]:
         return None
 
 
-def _key_to_reduce(largest_path: str) -> str:
-    return "algo.buffer_size" if "replay" in largest_path else "num_seeds"
+def _key_to_reduce(largest_path: str, memory: Optional[Memory]) -> str:
+    return memory.key if memory is not None and memory.path in largest_path else "num_seeds"
 
 
 def check_fits(abstract_state: Any, run_dir: Path, checkpoints_kept: int, on_cpu: bool,
-               free_memory: Optional[int] = None, free_disk: Optional[int] = None) -> None:
-    """ConfigError when the state cannot fit in host memory (CPU runs), or its checkpoints on disk."""
+               memory: Optional[Memory] = None, free_memory: Optional[int] = None,
+               free_disk: Optional[int] = None) -> None:
+    """ConfigError when the state cannot fit in host memory (CPU runs), or its checkpoints on disk; the error
+    names the key that sizes the algorithm's `memory` when that holds the largest array, else num_seeds."""
     total, largest_path, largest = state_bytes(abstract_state)
     free_memory = free_memory_bytes() if free_memory is None else free_memory
     if on_cpu and free_memory is not None and total > free_memory:
-        key = _key_to_reduce(largest_path)
+        key = _key_to_reduce(largest_path, memory)
         raise ConfigError(key, f"a {total / GIB:.1f} GiB training state",
                           f"a state that fits in the {free_memory / GIB:.1f} GiB of free memory",
                           f"{largest / GIB:.1f} GiB of it in {largest_path}")

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from omegaconf import OmegaConf
 
-from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.algorithm import ActorLearner, Algorithm, Memory
 from framework.core.config import TrainConfig
 from framework.core.errors import HostRunError, check
 from framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
@@ -51,7 +51,8 @@ from framework.sebulba.runtime import BoundedQueue, ParameterStore, RateLimiter,
 
 def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:
     """What this path does not do, refused before anything starts."""
-    check(parts is not None, "algo", algo_name, "an algorithm with an actor part and a learner part (dqn, apex)",
+    check(parts is not None, "algo", algo_name,
+          "an algorithm with an actor part and a learner part (Algorithm.actor_learner)",
           f"env={train.env.name} steps its envs on the host, which algo={algo_name} cannot learn from")
     check(train.num_devices in (None, 1), "num_devices", train.num_devices, "null or 1",
           "the host-env runtime runs one learner on one device")
@@ -350,15 +351,17 @@ def evaluation_seed(seed: int, num_seeds: int, evaluation: int) -> int:
     return (seed * 7919 + evaluation + 1) % max(1, SEED_SPACE // block) * block
 
 
-def check_and_describe_replay(abstract_learner: Any, run_dir: Path, checkpoints_kept: int, parts: ActorLearner,
+def check_and_describe_memory(abstract_learner: Any, run_dir: Path, checkpoints_kept: int, memory: Optional[Memory],
                               num_seeds: int) -> None:
-    """The learner state fits in memory and its checkpoints on disk (else a ConfigError); a line on its replay."""
-    check_fits(abstract_learner, run_dir, checkpoints_kept, jax.default_backend() == "cpu")
+    """The learner state fits in memory and its checkpoints on disk (else a ConfigError); a line on its memory."""
+    check_fits(abstract_learner, run_dir, checkpoints_kept, jax.default_backend() == "cpu", memory)
+    if memory is None:
+        return
     leaves = jax.tree_util.tree_leaves_with_path(abstract_learner)
-    replay = sum(leaf.size * leaf.dtype.itemsize for path, leaf in leaves if "replay" in jax.tree_util.keystr(path))
-    per_transition = replay / num_seeds / parts.replay_capacity
-    print_line(f"replay: {parts.replay_capacity:,} transitions per seed, {per_transition:,.0f} bytes each, "
-               f"{replay / GIB:.2f} GiB for {num_seeds} seed{'s' * (num_seeds > 1)}")
+    held = sum(leaf.size * leaf.dtype.itemsize for path, leaf in leaves if memory.path in jax.tree_util.keystr(path))
+    per_item = held / num_seeds / memory.capacity
+    print_line(f"{memory.path}: {memory.capacity:,} {memory.item}s per seed, {per_item:,.0f} bytes each, "
+               f"{held / GIB:.2f} GiB for {num_seeds} seed{'s' * (num_seeds > 1)}")
 
 
 def failure_message(error: BaseException, env_id: str, env_steps: int) -> str:
@@ -404,8 +407,8 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     check_host_run(train, algorithm.actor_learner, train.algo.name)
     checkpointer = open_run_dir(train, cfg, run_dir)
     keep = train.checkpoint.keep if train.checkpoint.every else 0
-    run = HostRun(train, env, algorithm, lambda abstract: check_and_describe_replay(
-        abstract, run_dir, keep, parts=algorithm.actor_learner, num_seeds=train.num_seeds))
+    run = HostRun(train, env, algorithm, lambda abstract: check_and_describe_memory(
+        abstract, run_dir, keep, algorithm.memory, train.num_seeds))
     history = EvaluationHistory(run.num_seeds, train.target_return, train.solve_window)
     best = BestPolicies(jax.device_get(run.programs.snapshot(run.learner)), seed_axis=0)
     progress = {"env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0, "evaluations": 0}
