@@ -15,6 +15,8 @@ subprocess whose outcome is written to OUT_DIR/<scenario>.json:
                     stop below): what is left of its processes
     sigterm_resume  the same SIGTERMed mid-run: its exit, checkpoint and leftovers; then `resume=true` to the end
     ctrl_c          the same sent SIGINT, as a terminal's Ctrl-C sends it to its job's process group
+    back_to_back    two local-head runs on the same pinned ports, the second started as soon as the first returned:
+                    what is left of the first's head at that moment, and both outcomes
 
 `python tests/ray_scenarios.py OUT_DIR ten_seeds SEED [sigkill]` runs only the slow check: Ape-X's defaults on 10
 seeds, free running, 4 Ray actors over both nodes (OUT_DIR/ten_seeds.json); with `sigkill`, one actor process is
@@ -184,6 +186,19 @@ def stopped_mid_run(name: str, out: Path, sig: signal.Signals, total_env_steps: 
     return result
 
 
+def back_to_back(out: Path) -> dict:
+    """Two local-head runs one right after the other (the same default ports): the first head's processes left
+    the moment its driver returned, and both runs' outcomes."""
+    result = {}
+    for run in ("first", "second"):
+        head_dir = Path(tempfile.mkdtemp(prefix="lsh-", dir="/tmp"))
+        result[run] = finish(driver(out / f"back_to_back_{run}", local_head_run(head_dir, 1536)),
+                             out / f"back_to_back_{run}")
+        result[run]["left_at_exit"] = leftovers(str(head_dir))
+        shutil.rmtree(head_dir, ignore_errors=True)
+    return result
+
+
 def listeners(out: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from framework.core.config import RayConfig
@@ -240,7 +255,8 @@ def main(out: Path, only: list[str]) -> None:
     run_and_write((("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
                    ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
                                                               resume=True)),
-                   ("ctrl_c", lambda: stopped_mid_run("ctrl_c", out, signal.SIGINT, 3072))), only, out)
+                   ("ctrl_c", lambda: stopped_mid_run("ctrl_c", out, signal.SIGINT, 3072)),
+                   ("back_to_back", lambda: back_to_back(out))), only, out)
 
 
 def run_and_write(scenarios: tuple, only: list[str], out: Path) -> None:

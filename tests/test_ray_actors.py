@@ -123,6 +123,14 @@ def test_a_sigkilled_driver_leaves_no_ray_process_it_started(outcomes):
     assert result["left"] == []
 
 
+def test_a_run_leaves_no_head_process_and_the_next_one_starts_at_once_on_the_same_ports(outcomes):
+    result = outcomes["back_to_back"]
+    for run in ("first", "second"):
+        assert result[run]["returncode"] == 0, result[run]["output"]
+        assert result[run]["summary"]["env_steps"] == 1536
+        assert result[run]["left_at_exit"] == []  # looked at the moment run.py returned, not seconds later
+
+
 def assert_stopped_with_a_checkpoint(result: dict, returncode: int, signal_name: str) -> None:
     """A local-head driver stopped mid-run by a signal: its exit, no traceback, the resume command last, its head's
     processes gone, and one checkpoint at the env steps it stopped at (of 3,072)."""

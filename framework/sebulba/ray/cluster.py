@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from framework.core.config import RAY_PORT_KEYS, RayConfig
 from framework.core.errors import ConfigError, check
+from framework.sebulba.ray.reaper import GRACE_SECONDS, stop_session
 
 TOKEN_NAME = "auth_token"
 MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store stays under 107 bytes
@@ -113,7 +114,7 @@ class LocalHead:
         use_token(str(self.token_file))
         self.address = f"{config.node_ip_address}:{config.port}"
         self.log = open(self.temp_dir / "head.log", "w")
-        reaper = Path(__file__).with_name("ray_reaper.py")  # by path: the driver's cwd need not hold the package
+        reaper = Path(__file__).with_name("reaper.py")  # by path: the driver's cwd need not hold the package
         command = [sys.executable, str(reaper), str(os.getpid()), "--", *head_command(config, self.temp_dir)]
         self.reaper = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                        env={**os.environ, **HEAD_ENV,
@@ -127,15 +128,15 @@ class LocalHead:
         return (self.temp_dir / "head.log").read_text()[-2000:]
 
     def stop(self) -> None:
-        """SIGTERM to the reaper (it stops the whole session), SIGKILL of the session if it does not."""
+        """SIGTERM to the reaper (it stops the whole session); back once no process of the head's session is left,
+        so its ports are free for the next run (a straggler past the reaper's time is killed here)."""
         if self.reaper.poll() is None:
             self.reaper.send_signal(signal.SIGTERM)
-            try:
-                self.reaper.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.reaper.pid, signal.SIGKILL)
-                self.reaper.wait(5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.reaper.wait(2 * GRACE_SECONDS + 5)
+        stop_session(self.reaper.pid, GRACE_SECONDS)  # the reaper leads the session: its pid is the session id
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.reaper.wait(GRACE_SECONDS)
         self.log.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
