@@ -28,6 +28,7 @@ from framework.core.host_env import (
     encoded_shape,
 )
 from framework.core.registry import register_env
+from framework.core.spaces import from_gymnasium
 
 
 @dataclasses.dataclass
@@ -114,7 +115,7 @@ class GymnasiumEnv(HostEnvironment):
         self.config, self.factory = config, factory
         probe = factory.make()
         try:
-            super().__init__(config.id, int(probe.action_space.n), encoded_shape(probe.observation_space),
+            super().__init__(config.id, from_gymnasium(probe.action_space), encoded_shape(probe.observation_space),
                              encoded_dtype(probe.observation_space))
         finally:
             probe.close()

@@ -43,7 +43,9 @@ from framework.core.host_env import (
     encode_observations,
     encoded_dtype,
     encoded_shape,
+    env_actions,
 )
+from framework.core.spaces import from_gymnasium
 
 # gymnasium 1.x loads no plugins: these namespaces are registered by calling their package's function
 NAMESPACE_REGISTRATIONS = {"MinAtar": ("minatar.gym", "register_envs")}
@@ -195,11 +197,9 @@ def env_factory(env_id: str, kwargs: Optional[dict] = None, max_episode_steps: O
 def space_problems(action_space: spaces.Space, observation_space: spaces.Space) -> list[tuple[str, str]]:
     """(reason, allowed) for each space the host-env layer cannot take."""
     problems = []
-    if not isinstance(action_space, spaces.Discrete):
-        box = isinstance(action_space, spaces.Box)
-        kind = "continuous actions" if box else f"{type(action_space).__name__} actions"
-        problems.append((f"its action space is {action_space}: {kind} are not supported: DQN and Ape-X need a "
-                         "Discrete action space", "an env with a Discrete action space"))
+    if not isinstance(action_space, (spaces.Discrete, spaces.Box)):
+        problems.append((f"its action space is {action_space}: {type(action_space).__name__} actions are not "
+                         "supported", "an env whose action space is Discrete or Box"))
     if not isinstance(observation_space, (spaces.Box, spaces.Discrete)):
         problems.append((f"its observation space is {type(observation_space).__name__}, which no network here takes",
                          "an env whose observation space is a Box (an array) or Discrete (one-hot encoded)"))
@@ -239,9 +239,8 @@ class HostVectorEnv:
         self.autoreset_mode = autoreset_mode_of(vector_env, name)
         check_spaces(name, vector_env.single_action_space, vector_env.single_observation_space)
         self._observation_space = vector_env.single_observation_space
-        self._action_start = int(vector_env.single_action_space.start)
+        self.action_space = from_gymnasium(vector_env.single_action_space)
         self.num_envs = int(vector_env.num_envs)
-        self.num_actions = int(vector_env.single_action_space.n)
         self.info: dict = {}  # the engine's info of the last reset or step, for adapters that read more of it
         self.observation_shape = encoded_shape(self._observation_space)
         self.observation_dtype = encoded_dtype(self._observation_space)
@@ -262,7 +261,7 @@ class HostVectorEnv:
         return self._encode(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:
-        actions = np.asarray(actions).astype(np.int64) + self._action_start
+        actions = env_actions(self.action_space, actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         self.info = info
         terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)

@@ -328,8 +328,6 @@ def test_bad_inputs_are_one_paragraph_config_errors():
     module = config_error(id="no_such_module_xyz:Foo-v0")
     assert module.key == "env.id" and "no module named 'no_such_module_xyz'" in str(module)
     assert "install the package" in str(module)
-    continuous = config_error(id=TEST_ID, kwargs={"continuous": True})
-    assert "continuous actions" in str(continuous) and "DQN and Ape-X need a Discrete action space" in str(continuous)
     assert "Dict" in str(config_error(id=TEST_ID, kwargs={"observation": "dict"}))
     assert config_error(id=UNCAPPED_ID).key == "env.max_episode_steps"
     assert config_error(id=TEST_ID, kwargs={"colour": "red"}).key == "env.kwargs"
@@ -340,6 +338,46 @@ def test_bad_inputs_are_one_paragraph_config_errors():
     with pytest.raises(ConfigError, match="env.num_workers"):
         make_vector_env(TEST_ID, 2, num_workers=3)
     assert pip_hint("minatar.gym") == 'pip install "lightspeed[minatar]"'
+
+
+class EchoBoxEnv(gymnasium.Env):
+    """2-D Box actions in [-1, 1] x [0, 2]; its observation is the action it was handed, as it got it."""
+
+    metadata = {"render_modes": []}
+    action_space = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32))
+    observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple:
+        assert isinstance(action, np.ndarray) and action.dtype == np.float32 and action.shape == (2,)
+        return np.array(action, np.float32), 0.0, False, False, {}
+
+
+ECHO_ID = "LightspeedTestEchoBox-v0"
+if ECHO_ID not in gymnasium.registry:
+    gymnasium.register(ECHO_ID, entry_point=EchoBoxEnv, max_episode_steps=5)
+
+
+def test_box_actions_pass_through_with_their_shape_and_dtype_clipped_to_the_bounds():
+    from framework.core.spaces import Box
+
+    env = HostVectorEnv(make_vector_env(ECHO_ID, 2), ECHO_ID)
+    assert env.action_space == Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float32)
+    env.reset(seed=0)
+    step = env.step(np.array([[0.5, 1.5], [-3.0, 7.0]], np.float64))
+    np.testing.assert_array_equal(step.obs, [[0.5, 1.5], [-1.0, 2.0]])  # the second clipped to the bounds
+    env.close()
+
+
+def test_a_discrete_action_algorithm_on_a_box_env_is_refused_in_one_paragraph(cli):
+    result = cli("algo=dqn", "env=gymnasium", f"env.id=tests.test_host_env:{ECHO_ID}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("Invalid config: env='gymnasium'") and "Box(shape=(2,), float32" in message
+    assert "algo=dqn acts in discrete" in message
 
 
 def test_an_explicit_cap_makes_an_uncapped_id_usable():

@@ -4,6 +4,9 @@
     obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
     obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
 
+An env says what its observations and actions are with `observation_space(params)` and `action_space(params)`
+(framework/core/spaces.py: Discrete or Box); a discrete-action env may define `num_actions` alone instead.
+
 `terminated` is a real end (no bootstrap); `truncated` is a time limit (bootstrap from
 `info["final_observation"]`, the observation before the automatic reset). An env may also draw
 itself (`render(state, params) -> uint8 [H, W, 3]`, gymnax-style) for `framework.tools.evaluate --gif`.
@@ -15,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from framework.core.spaces import Box, Discrete, Space
 
 StepResult = tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
 
@@ -34,11 +39,29 @@ class Environment:
 
     @property
     def num_actions(self) -> int:
-        raise NotImplementedError
+        """How many discrete actions there are (a discrete-action env defines this or `action_space`)."""
+        if type(self).action_space is Environment.action_space:
+            raise NotImplementedError(f"{self.name} defines neither num_actions nor action_space")
+        space = self.action_space(self.default_params)
+        if not isinstance(space, Discrete):
+            raise AttributeError(f"{self.name}'s actions are {space.describe()}: it has no number of actions")
+        return space.n
 
     @property
     def observation_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
+
+    def action_space(self, params: Any) -> Space:
+        """The actions `step` takes (default: Discrete(num_actions))."""
+        return Discrete(self.num_actions)
+
+    def observation_space(self, params: Any) -> Space:
+        """The observations it gives (default: an unbounded Box of observation_shape, of `observation_dtype` if the
+        env has one, else float32)."""
+        dtype = np.dtype(getattr(self, "observation_dtype", np.float32))
+        return Box(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min if dtype.kind in "iu" else 0,
+                   np.inf if dtype.kind == "f" else np.iinfo(dtype).max if dtype.kind in "iu" else 1,
+                   self.observation_shape, dtype)
 
     def max_episode_steps(self, params: Any) -> int:
         """An upper bound on episode length (a static int), used to size evaluation."""
@@ -117,6 +140,12 @@ class EpisodeStatistics(Environment):
     @property
     def observation_shape(self) -> tuple[int, ...]:
         return self.env.observation_shape
+
+    def action_space(self, params: Any) -> Space:
+        return self.env.action_space(params)
+
+    def observation_space(self, params: Any) -> Space:
+        return self.env.observation_space(params)
 
     def max_episode_steps(self, params: Any) -> int:
         return self.env.max_episode_steps(params)

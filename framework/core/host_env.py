@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from framework.core.env import Environment
+from framework.core.spaces import Box, Discrete, Space, from_gymnasium
 
 # numpy's legacy RandomState (MinAtar's package, many users' envs) takes seeds in [0, 2**32) only
 SEED_SPACE = 2**32
@@ -82,17 +83,19 @@ class HostEnvironment(Environment):
 
     host = True
 
-    def __init__(self, name: str, num_actions: int, observation_shape: tuple[int, ...], observation_dtype: np.dtype):
-        self.name, self._num_actions = name, num_actions
+    def __init__(self, name: str, actions: int | Space, observation_shape: tuple[int, ...],
+                 observation_dtype: np.dtype):
+        """`actions`: the action space, or a number of discrete actions."""
+        self.name = name
+        self._action_space = actions if isinstance(actions, (Discrete, Box)) else Discrete(int(actions))
         self._observation_shape, self.observation_dtype = observation_shape, observation_dtype
 
     @property
     def default_params(self) -> None:
         return None
 
-    @property
-    def num_actions(self) -> int:
-        return self._num_actions
+    def action_space(self, params: Any = None) -> Space:
+        return self._action_space
 
     @property
     def observation_shape(self) -> tuple[int, ...]:
@@ -115,6 +118,22 @@ class HostStep:
 
 # ---------------------------------------------------------------------------------------------------
 # Evaluation.
+
+
+def env_action(space: Space) -> Callable[[Any], Any]:
+    """One policy action as the env takes it: a discrete index shifted to the space's start, or a Box action as
+    an array of its dtype clipped to its bounds (an out-of-bounds action never reaches the env)."""
+    if isinstance(space, Discrete):
+        return lambda action: int(action) + space.start
+    return lambda action: np.clip(np.asarray(action, space.dtype).reshape(space.shape), space.low, space.high)
+
+
+def env_actions(space: Space, actions: np.ndarray) -> np.ndarray:
+    """A batch of policy actions [N, ...] as a vector env takes them (see env_action)."""
+    if isinstance(space, Discrete):
+        return np.asarray(actions).astype(np.int64) + space.start
+    batch = np.asarray(actions, space.dtype).reshape((-1, *space.shape))
+    return np.clip(batch, space.low, space.high)
 
 
 class EpisodeExploration:
@@ -147,7 +166,7 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
     explorations: list[Optional[EpisodeExploration]] = [None] * num_envs
     returns = np.zeros(num_episodes, np.float64)
     next_episode = 0
-    batch = encode = first_action = None
+    batch = encode = to_env = None
     try:
         while True:
             for slot in range(num_envs):
@@ -155,7 +174,7 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
                     env = make_env()
                     obs, _ = env.reset(seed=int(episode_seeds[next_episode]))
                     if batch is None:  # every env has the first one's spaces (read once: wrappers make reads slow)
-                        space, first_action = env.observation_space, int(env.action_space.start)
+                        space, to_env = env.observation_space, env_action(from_gymnasium(env.action_space))
                         batch = np.zeros((num_envs, *encoded_shape(space)), encoded_dtype(space))
                         # a Box observation is written as it is (the batch casts it); a Discrete one one-hot encoded
                         encode = (lambda obs: obs) if isinstance(space, spaces.Box) else (
@@ -173,7 +192,7 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
             for slot in running:
                 episode, env = slots[slot]
                 action = actions[slot] if epsilon == 0 else explorations[slot](actions[slot])
-                obs, reward, terminated, truncated, _ = env.step(action + first_action)
+                obs, reward, terminated, truncated, _ = env.step(to_env(action))
                 returns[episode] += float(reward)
                 batch[slot] = encode(obs)
                 if terminated or truncated:

@@ -13,6 +13,7 @@ import jax
 
 from framework.core.algorithm import check_fields
 from framework.core.errors import ConfigError, PluginError, check
+from framework.core.spaces import BOX, DISCRETE, Box, Discrete
 
 ENTRY_POINT_GROUPS = {"env": "lightspeed.envs", "algo": "lightspeed.algorithms"}
 BUILTIN_MODULES = {"env": ("envs",), "algo": ("algorithms",)}
@@ -30,8 +31,9 @@ class Entry:
     config_class: type
     # envs: the values of the config's `observation` key and the kind each gives (None: no choice)
     encodings: Optional[dict[str, str]] = None
-    # algorithms: the observation kinds it consumes
+    # algorithms: the observation kinds it consumes, and the action space kinds it acts in
     consumes: tuple[str, ...] = NETWORK_INPUTS
+    acts: tuple[str, ...] = (DISCRETE,)
     # envs stepped on the host in Python (framework/sebulba/trainer.py), not in JAX
     host: bool = False
 
@@ -59,10 +61,14 @@ def register_env(name: str, config: type, encodings: Optional[dict[str, str]] = 
     return _register("env", name, config, encodings=encodings, host=host)
 
 
-def register_algorithm(name: str, config: type, consumes: tuple[str, ...] = NETWORK_INPUTS) -> Callable:
+def register_algorithm(name: str, config: type, consumes: tuple[str, ...] = NETWORK_INPUTS,
+                       acts: tuple[str, ...] = (DISCRETE,)) -> Callable:
     """Decorate `factory(config, env, env_params) -> Algorithm`; `config` is its schema, `consumes`
-    the observation kinds it takes."""
-    return _register("algo", name, config, consumes=consumes)
+    the observation kinds it takes, `acts` the action space kinds it acts in ("discrete", "box")."""
+    unknown = set(acts) - {DISCRETE, BOX}
+    if unknown or not acts:
+        raise PluginError("algorithm", name, f"acts={acts!r}", f"a non-empty tuple of {DISCRETE!r} and {BOX!r}")
+    return _register("algo", name, config, consumes=consumes, acts=tuple(acts))
 
 
 def load_plugins() -> None:
@@ -128,16 +134,32 @@ def with_encoding(env_config: Any, algo: Entry) -> Any:
     return env_config
 
 
-def check_env(name: str, env: Any, env_params: Any) -> None:
-    """An env's declared `observation_shape` and `num_actions` against what its `reset_env` returns (traced
-    only, nothing runs): an algorithm sizes its network and replay from the declared ones."""
+def declared_spaces(name: str, env: Any, env_params: Any) -> tuple[Any, Any]:
+    """The env's (observation space, action space), each a Discrete or a Box whose shape agrees with
+    `observation_shape` (else a PluginError)."""
     declared = getattr(env, "observation_shape", None)
     is_count = lambda value: isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
     if not (isinstance(declared, (tuple, list)) and all(is_count(size) for size in declared)):
         raise PluginError("env", name, f"observation_shape={declared!r}", "a tuple of positive ints, e.g. (4,)")
-    actions = getattr(env, "num_actions", None)
-    if not is_count(actions):
-        raise PluginError("env", name, f"num_actions={actions!r}", "a positive int")
+    try:
+        actions, observations = env.action_space(env_params), env.observation_space(env_params)
+    except NotImplementedError as error:
+        raise PluginError("env", name, str(error), "num_actions (discrete actions) or action_space(params)") from None
+    for what, space in (("action_space", actions), ("observation_space", observations)):
+        if not isinstance(space, (Discrete, Box)):
+            raise PluginError("env", name, f"{what}(params) returned {space!r}",
+                              "a framework.core.spaces.Discrete or Box")
+    if isinstance(observations, Box) and observations.shape != tuple(declared):
+        raise PluginError("env", name, f"observation_space(params) has shape {observations.shape} where "
+                          f"observation_shape declares {tuple(declared)}", "the two the same")
+    return observations, actions
+
+
+def check_env(name: str, env: Any, env_params: Any) -> None:
+    """An env's declared spaces and `observation_shape` against what its `reset_env` returns (traced only,
+    nothing runs): an algorithm sizes its network and replay from the declared ones."""
+    declared_spaces(name, env, env_params)
+    declared = env.observation_shape
     obs, _ = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))
     if tuple(obs.shape) != tuple(declared):
         raise PluginError("env", name, f"reset_env returns observations of shape {tuple(obs.shape)} where "
@@ -152,6 +174,12 @@ def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
     env, env_params = entry.factory(with_encoding(env_config, algo))
     if not entry.host:  # a host env has no JAX reset to trace: its checks ran when it was built
         check_env(env_config.name, env, env_params)
+    if entry.host:
+        declared_spaces(env_config.name, env, env_params)
+    actions = env.action_space(env_params)
+    check(actions.kind in algo.acts, "env", env_config.name, f"an env whose actions are {' or '.join(algo.acts)}",
+          f"{env.name}'s actions are {actions.describe()}, and algo={algo.name} acts in {' or '.join(algo.acts)} "
+          "action spaces only")
     kind = observation_kind(env)
     check(kind in algo.consumes, "env", env_config.name, f"an env whose observations are {' or '.join(algo.consumes)}",
           f"algo={algo.name} cannot take its {kind} observations of shape {list(env.observation_shape)}")
