@@ -10,6 +10,7 @@ from framework.sebulba.runtime import (
     BoundedQueue,
     ParameterStore,
     RateLimiter,
+    RateLimitExceeded,
     RuntimeStopped,
     RuntimeWaitTimeout,
     StopSignal,
@@ -45,13 +46,6 @@ class BoundChecker:
             self.violations.append(message)
 
 
-def wait_until(condition, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the other thread never blocked"
-        time.sleep(0.001)
-
-
 def insert_allowed(inserts, samples, n, spi, min_inserts, error_buffer) -> bool:
     return inserts < min_inserts or (inserts + n - min_inserts) * spi - samples <= error_buffer
 
@@ -74,115 +68,108 @@ def test_limiter_grants_exactly_what_the_bound_allows(seed):
         if rng.random() < 0.5:
             n = int(rng.integers(1, 9))
             expected = insert_allowed(inserts, samples, n, spi, min_inserts, error_buffer)
-            assert limiter.try_insert(n) == expected, (inserts, samples, n)
+            assert limiter.insert_fits(n) == expected, (inserts, samples, n)
+            if expected:
+                limiter.insert(n)
+            else:
+                with pytest.raises(RateLimitExceeded):
+                    limiter.insert(n)
         else:
-            k = int(rng.integers(1, int(error_buffer) + 1))  # the caller's guarantee: error_buffer >= a chunk
+            k = int(rng.integers(1, int(error_buffer) + 1))  # the caller's guarantee: error_buffer >= a round
             expected = sample_allowed(inserts, samples, k, spi, min_inserts, error_buffer)
             assert limiter.try_sample(k) == expected, (inserts, samples, k)
         refused += not expected
         assert (limiter.inserts, limiter.samples) != (inserts, samples) or not expected  # a refusal counts nothing
+        assert (limiter.inserts, limiter.samples) == (inserts, samples) or expected
     assert checker.violations == []
     assert checker.grants == 600 - refused and 0 < refused < 600
-    assert limiter.forced_inserts == 0
 
 
 def test_no_sample_before_min_inserts_then_free_running():
     grants: list[tuple[str, int, int]] = []
     limiter = RateLimiter(None, min_inserts=10, error_buffer=1.0, on_grant=lambda *grant: grants.append(grant))
     assert not limiter.try_sample(1)
-    assert limiter.try_insert(9) and not limiter.try_sample(1)
-    assert limiter.try_insert(1) and limiter.try_sample(1000)  # free running: no bound after min_inserts
-    assert all(limiter.try_insert(100) for _ in range(50))  # and inserts never wait
+    limiter.insert(9)
+    assert not limiter.try_sample(1)
+    limiter.insert(1)
+    assert limiter.try_sample(1000)  # free running: no bound after min_inserts
+    assert all(limiter.insert_fits(100) for _ in range(50))  # and every insert fits
+    for _ in range(50):
+        limiter.insert(100)
     assert grants[:3] == [("insert", 9, 0), ("insert", 10, 0), ("sample", 10, 1000)]
     assert limiter.measured_samples_per_insert == 1000 / 5000
 
 
 def test_block_crossing_min_inserts_is_granted_then_sampling_catches_up():
     limiter = RateLimiter(4.0, min_inserts=10, error_buffer=8.0)
-    assert limiter.try_insert(9)
-    assert limiter.try_insert(20)  # reaches min_inserts: granted although diff becomes 19 * 4 = 76 > 8
-    assert not limiter.try_insert(1)  # no insert until sampling brings diff back under the bound
+    limiter.insert(9)
+    limiter.insert(20)  # reaches min_inserts: granted although diff becomes 19 * 4 = 76 > 8
+    assert limiter.diff == 76 and not limiter.insert_fits(1)  # no insert until sampling brings diff back
     while limiter.try_sample(8):
         pass
     assert limiter.diff - 8 < -8 <= limiter.diff
-    assert limiter.try_insert(1) and limiter.forced_inserts == 0
+    assert limiter.insert_fits(1)
+    limiter.insert(1)
 
 
-def test_insert_is_forced_when_the_waiting_sampler_cannot_move():
-    limiter = RateLimiter(4.0, min_inserts=1, error_buffer=10.0)
-    limiter.acquire_insert(1)
-    with pytest.raises(RuntimeWaitTimeout, match="inserting side"):
-        limiter.acquire_insert(6, timeout=0.05)  # 24 > 10, and no sampler could make room
-    inserter = threading.Thread(target=limiter.acquire_insert, args=(6, 5.0))
-    inserter.start()
-    wait_until(lambda: limiter.waiting_inserts == 1)
-    limiter.acquire_sample(12, timeout=5.0)  # 0 - 12 < -10 blocks it, so the insert is forced, which unblocks it
-    inserter.join(5.0)
-    assert not inserter.is_alive()
-    assert (limiter.inserts, limiter.samples, limiter.forced_inserts) == (7, 12, 1)
-
-
-def test_threaded_inserter_and_sampler_hold_the_ratio():
-    spi, min_inserts, error_buffer, block, chunk = 2.0, 160, 64.0, 8, 32
-    insert_calls = 400
-    sample_calls = int((insert_calls * block - min_inserts) * spi) // chunk  # every sample the inserts pay for
+@pytest.mark.parametrize("spi, min_inserts, block, chunk", [
+    (2.0, 160, 8, 32),  # a learner round per 2 blocks
+    (4.0, 100, 64, 32),  # 8 learner rounds per block; min_inserts not a multiple of the block
+    (0.5, 37, 16, 128),  # a learner round per 16 blocks
+    (8.0, 1, 3, 4),
+])
+def test_the_learner_pattern_holds_the_ratio(spi, min_inserts, block, chunk):
+    """The learner's loop (framework/sebulba/trainer.py): insert a round's block, then learn every granted round."""
+    error_buffer = max(chunk, spi * block)  # HostRun's sizing: a whole round of samples and of inserts
     checker = BoundChecker(spi, min_inserts, error_buffer)
     limiter = RateLimiter(spi, min_inserts, error_buffer, on_grant=checker)
-    errors: list[BaseException] = []
-
-    def run(calls: int, acquire, size: int, pause: float) -> None:
-        try:
-            for _ in range(calls):
-                acquire(size, timeout=10.0)
-                time.sleep(pause)  # the sampler is the slower side, so the inserter must wait
-        except BaseException as error:  # noqa: B036 - reported by the assert below
-            errors.append(error)
-
-    sampler = threading.Thread(target=run, args=(sample_calls, limiter.acquire_sample, chunk, 0.0002))
-    inserter = threading.Thread(target=run, args=(insert_calls, limiter.acquire_insert, block, 0.0))
-    sampler.start()
-    wait_until(lambda: limiter.waiting_samples == 1)  # the sampler waits for min_inserts before the inserter starts
-    inserter.start()
-    for thread in (sampler, inserter):
-        thread.join(20.0)
-    assert errors == [] and not sampler.is_alive() and not inserter.is_alive()
-    assert (limiter.inserts, limiter.samples) == (insert_calls * block, sample_calls * chunk)
-    assert abs(limiter.measured_samples_per_insert - spi) <= error_buffer / (limiter.inserts - min_inserts)
-    assert checker.violations == [] and checker.grants == insert_calls + sample_calls
-    assert limiter.forced_inserts == 0
-    assert limiter.sample_wait_seconds > 0 and limiter.insert_wait_seconds > 0
+    rounds, learned = 2000, 0
+    for _ in range(rounds):
+        limiter.insert(block)  # never beyond the bound: every granted round was learned
+        while limiter.try_sample(chunk):
+            learned += 1
+    assert limiter.inserts == rounds * block and limiter.samples == learned * chunk
+    assert -error_buffer <= limiter.diff < chunk - error_buffer  # every granted round learned
+    # the reported ratio (runtime/samples_per_insert) is off by at most error_buffer over the inserts counted
+    counted = limiter.inserts - min_inserts
+    assert abs(limiter.measured_samples_per_insert - spi) * counted <= error_buffer + 1e-9  # float slack at the bound
+    assert checker.violations == [] and checker.grants == rounds + learned
 
 
-@pytest.mark.parametrize("side, waiter", [("insert", "inserting"), ("sample", "sampling")])
-def test_limiter_timeout_names_the_side_and_counts(side, waiter):
+def test_insert_beyond_the_bound_raises_with_the_counts():
     limiter = RateLimiter(1.0, min_inserts=4, error_buffer=2.0)
-    if side == "insert":
-        limiter.acquire_insert(6)  # diff = 2: the bound is reached
-    start = time.monotonic()
-    with pytest.raises(RuntimeWaitTimeout, match=f"{waiter} side.*inserts={6 if side == 'insert' else 0}, samples=0"):
-        getattr(limiter, f"acquire_{side}")(1, timeout=0.1)
-    assert 0.1 <= time.monotonic() - start < 0.1 + WAKE_SECONDS
-    assert getattr(limiter, f"{side}_wait_seconds") >= 0.1
+    limiter.insert(6)  # diff = 2: the bound is reached
+    with pytest.raises(RateLimitExceeded, match=r"insert of 1 items would leave diff=3\.0 > error_buffer.*"
+                       r"inserts=6, samples=0, min_inserts=4, samples_per_insert=1\.0, error_buffer=2\.0"):
+        limiter.insert(1)
+    assert (limiter.inserts, limiter.samples) == (6, 0)  # nothing counted
+    assert limiter.try_sample(1)
+    limiter.insert(1)
+    assert (limiter.inserts, limiter.samples) == (7, 1)
+
+
+def test_a_stopped_limiter_raises_on_every_call():
+    limiter = RateLimiter(None, min_inserts=1, error_buffer=1.0)
+    limiter.insert(1)
+    limiter.stop("actor thread 0 failed")
+    for call in (lambda: limiter.insert(1), lambda: limiter.try_sample(1)):
+        with pytest.raises(RuntimeStopped, match="actor thread 0 failed"):
+            call()  # a free-running learner would learn on forever otherwise
+    assert (limiter.inserts, limiter.samples) == (1, 0)
 
 
 def blocked_calls():
     """(primitive, a call that blocks on it) for every blocking call in the module."""
-    limiter_full = RateLimiter(1.0, min_inserts=1, error_buffer=1.0)
-    limiter_full.acquire_insert(2)
     full_queue = BoundedQueue(1)
     full_queue.put("block")
-    store = ParameterStore()
-    empty_limiter, empty_queue = RateLimiter(1.0, 1, 1.0), BoundedQueue(1)
+    empty_queue = BoundedQueue(1)
     return {
-        "insert": (limiter_full, lambda: limiter_full.acquire_insert(1)),
-        "sample": (empty_limiter, lambda: empty_limiter.acquire_sample(1)),
         "put": (full_queue, lambda: full_queue.put("another")),
         "get": (empty_queue, lambda: empty_queue.get()),
-        "wait_for": (store, lambda: store.wait_for(3)),
     }
 
 
-@pytest.mark.parametrize("call", ["insert", "sample", "put", "get", "wait_for"])
+@pytest.mark.parametrize("call", ["put", "get"])
 def test_stop_wakes_a_blocked_waiter_with_the_reason(call):
     primitive, blocking = blocked_calls()[call]
     outcome: list = []
@@ -234,18 +221,12 @@ def test_queue_put_waits_for_a_get():
     assert queue.drain() == [2]
 
 
-def test_parameter_store_newest_version_wins_and_wait_for():
+def test_parameter_store_newest_version_wins():
     store = ParameterStore({"w": 0}, version=0)
     assert store.latest() == ({"w": 0}, 0)
     assert store.publish({"w": 2}, 2)
     assert not store.publish({"w": 1}, 1)  # a late, older copy does not replace the newer one
-    assert store.latest() == ({"w": 2}, 2) and store.wait_for(2, timeout=0) == ({"w": 2}, 2)
-    publisher = threading.Timer(0.05, store.publish, args=({"w": 5}, 5))
-    publisher.start()
-    assert store.wait_for(4, timeout=5.0) == ({"w": 5}, 5)
-    publisher.join()
-    with pytest.raises(RuntimeWaitTimeout, match="version >= 6; the newest is 5"):
-        store.wait_for(6, timeout=0.05)
+    assert store.latest() == ({"w": 2}, 2) and store.version == 2
 
 
 def test_stop_signal_carries_the_first_error_to_every_waiter():
@@ -273,7 +254,7 @@ def test_stop_signal_carries_the_first_error_to_every_waiter():
     assert signal.stopped and signal.where == "actor 0" and woken[0].reason == "actor 0 failed"
     assert isinstance(woken[0].cause, FloatingPointError) and "NaN" in str(woken[0])
     with pytest.raises(RuntimeStopped, match="actor 0 failed"):
-        limiter.acquire_sample(1)
+        limiter.try_sample(1)
     with pytest.raises(FloatingPointError, match="NaN"):
         signal.raise_if_failed()
     late = BoundedQueue(1)
@@ -348,13 +329,13 @@ def test_a_busy_phase_holds_every_registered_wait_until_it_ends():
 
 
 def test_normal_stop_records_no_error():
-    signal, store = StopSignal(), ParameterStore()
-    signal.register(store)
+    signal, store, limiter = StopSignal(), ParameterStore(), RateLimiter(1.0, 1, 1.0)
+    signal.register(store, limiter)
     signal.stop("training done")
     signal.raise_if_failed()
-    assert signal.wait(0) and store.stopped and signal.error is None
+    assert signal.wait(0) and store.stopped and limiter.stopped and signal.error is None
     with pytest.raises(RuntimeStopped, match="training done"):
-        store.wait_for(1)
+        limiter.insert(1)
 
 
 @pytest.mark.parametrize("arguments", [(0.0, 1, 1.0), (-1.0, 1, 1.0), (float("nan"), 1, 1.0), (1.0, 0, 1.0),

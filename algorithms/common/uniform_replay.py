@@ -15,12 +15,11 @@ class UniformReplay(NamedTuple):
     init: Any  # example item -> state
     add: Any  # (state, items [steps, ...]) -> state, oldest items overwritten first
     sample: Any  # (state, random_bits [batch_size] uint32) -> items [batch_size, ...]
-    can_sample: Any  # state -> whether a batch may be drawn
 
 
 def make_uniform_replay(capacity: int, batch_size: int) -> UniformReplay:
-    """A buffer of `capacity` items; `can_sample` holds once `batch_size` of them are stored (a
-    batch is as large as its `random_bits`)."""
+    """A buffer of `capacity` items; a batch is as large as its `random_bits` (the learners gate on env steps)."""
+    # Flashbax requires a minimum and a batch size; only its own can_sample and sample read them
     buffer = fbx.make_item_buffer(max_length=capacity, min_length=batch_size, sample_batch_size=batch_size,
                                   add_sequences=True)
 
@@ -30,4 +29,4 @@ def make_uniform_replay(capacity: int, batch_size: int) -> UniformReplay:
         slots = (random_bits % stored).astype(jnp.int32)
         return jax.tree.map(lambda x: x[0, slots], state.experience)  # one row: [1, capacity, ...]
 
-    return UniformReplay(buffer.init, buffer.add, sample, buffer.can_sample)
+    return UniformReplay(buffer.init, buffer.add, sample)

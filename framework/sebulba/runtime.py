@@ -3,11 +3,11 @@ the learner's samples per inserted transition near a target, a BoundedQueue that
 from actors to the learner, a ParameterStore through which the learner publishes versioned parameters, and a
 StopSignal that records the first error of any thread and stops everything registered with it.
 
-Every blocking call takes a timeout (None waits forever) and raises RuntimeWaitTimeout when it runs out, or
-RuntimeStopped as soon as its primitive is stopped, so no thread outlives a partner that died. A primitive
-registered with a StopSignal shares its Progress clock: its waits run out only once the whole run has made no
-progress for the timeout, so a partner that waits on a third thread (a learner held by a long evaluation) is
-not taken for a dead one."""
+Every blocking call (the queue's put and get; the limiter and the store never block) takes a timeout (None
+waits forever) and raises RuntimeWaitTimeout when it runs out, or RuntimeStopped as soon as its primitive is
+stopped, so no thread outlives a partner that died. A primitive registered with a StopSignal shares its
+Progress clock: its waits run out only once the whole run has made no progress for the timeout, so a partner
+that waits on a third thread (a learner held by a long evaluation) is not taken for a dead one."""
 import contextlib
 import math
 import threading
@@ -97,10 +97,9 @@ class _Stoppable:
             raise RuntimeStopped(self._stop.reason, self._stop.cause)
 
     def _wait_until(self, ready: Callable[[], bool], timeout: Optional[float], describe: Callable[[float], str],
-                    record: Callable[[float], None] = lambda seconds: None, patient: bool = True) -> None:
-        """Under the lock: return once ready() holds; record(seconds waited) whatever the outcome. With a
-        Progress clock the timeout runs from the run's last progress, not from the start of this wait, unless
-        `patient` is False (a poll)."""
+                    patient: bool = True) -> None:
+        """Under the lock: return once ready() holds. With a Progress clock the timeout runs from the run's last
+        progress, not from the start of this wait, unless `patient` is False (a poll)."""
         _check_timeout(timeout)
         self._raise_if_stopped()
         if ready():
@@ -108,43 +107,44 @@ class _Stoppable:
             return
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
-        try:
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0 and patient and self._progress is not None:
-                    remaining = timeout - self._progress.quiet_for()  # the run moved since: wait on
-                    deadline = time.monotonic() + remaining
-                if remaining is not None and remaining <= 0:
-                    raise RuntimeWaitTimeout(describe(time.monotonic() - start))
-                self._condition.wait(remaining)
-                self._raise_if_stopped()
-                if ready():
-                    self._beat()
-                    return
-        finally:
-            record(time.monotonic() - start)
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0 and patient and self._progress is not None:
+                remaining = timeout - self._progress.quiet_for()  # the run moved since: wait on
+                deadline = time.monotonic() + remaining
+            if remaining is not None and remaining <= 0:
+                raise RuntimeWaitTimeout(describe(time.monotonic() - start))
+            self._condition.wait(remaining)
+            self._raise_if_stopped()
+            if ready():
+                self._beat()
+                return
 
     def _beat(self) -> None:
         if self._progress is not None:
             self._progress.beat()
 
 
+class RateLimitExceeded(RuntimeError):
+    """An insert beyond the limiter's bound: the caller inserted again before learning every granted round."""
+
+
 class RateLimiter(_Stoppable):
-    """Reverb's SampleToInsertRatio, counting items: transitions inserted and transitions sampled.
+    """Reverb's SampleToInsertRatio, counting items (transitions inserted and transitions sampled) for the one
+    learner thread, which inserts a round of blocks and then learns every round the limiter grants. Nothing
+    waits on it: insert() counts, try_sample() grants or refuses at once.
 
     With diff = (inserts - min_inserts) * samples_per_insert - samples, once inserts >= min_inserts:
-    - an insert of n is granted if diff after it is <= +error_buffer;
+    - an insert of n fits if diff after it is <= +error_buffer; insert() raises RateLimitExceeded if it does
+      not. A caller that learns every granted round of k samples before inserting n leaves diff < k - error_buffer,
+      so with error_buffer >= max(k, n * samples_per_insert) its inserts always fit;
     - a sample of k is granted if diff after it is >= -error_buffer (never before min_inserts).
-    Two kinds of insert are granted beyond +error_buffer, as refusing them could block both sides forever:
-    - while inserts < min_inserts, an insert is always granted (sampling is not allowed yet, so nothing could
-      unblock it; Reverb's "inserts are free until min_size_to_sample"). A block that crosses min_inserts may
-      overshoot the bound by up to its own size times samples_per_insert; sampling brings diff back and no
-      insert is granted until it is.
-    - an insert is forced (counted in forced_inserts) while a sampler waits and cannot be granted: the waiting
-      sampler (the one learner) is the only thing that could lower diff, so nothing else would ever move. This
-      only happens when n * samples_per_insert + k > 2 * error_buffer (Reverb rejects such an error_buffer at
-      construction; here blocks and chunks are sized by the driver, so the limiter resolves it instead).
-    samples_per_insert=None runs free: samples are granted once min_inserts is reached, inserts never wait.
+    While inserts < min_inserts, an insert always fits (Reverb's "inserts are free until min_size_to_sample"):
+    a block that crosses min_inserts may overshoot the bound by up to its own size times samples_per_insert;
+    sampling brings diff back, and no insert fits until it does.
+    samples_per_insert=None runs free: samples are granted once min_inserts is reached, every insert fits.
+    Once stopped (registered with the run's StopSignal), insert and try_sample raise RuntimeStopped, which ends
+    a learner that would otherwise learn on (free running) for an actor that died.
 
     on_grant(kind, inserts, samples), kind "insert" or "sample", runs under the lock after each grant (a
     test's hook for checking the bound on counts); it must be quick."""
@@ -159,13 +159,10 @@ class RateLimiter(_Stoppable):
         _check_count("min_inserts", min_inserts)
         if not (finite(error_buffer) and error_buffer > 0):
             raise ValueError(f"error_buffer={error_buffer!r} is not allowed: a finite number > 0 (at least one "
-                             "learner chunk's samples)")
+                             "learner round's samples)")
         self.samples_per_insert, self.min_inserts, self.error_buffer = samples_per_insert, min_inserts, error_buffer
         self.on_grant = on_grant
-        self.inserts = self.samples = self.forced_inserts = 0
-        self.insert_wait_seconds = self.sample_wait_seconds = 0.0
-        self._waiting_inserts: list[int] = []  # sizes of blocked insert calls
-        self._waiting_samples: list[int] = []  # sizes of blocked sample calls
+        self.inserts = self.samples = 0  # set directly when a run resumes from a checkpoint
 
     @property
     def diff(self) -> float:
@@ -178,37 +175,23 @@ class RateLimiter(_Stoppable):
     def measured_samples_per_insert(self) -> float:
         return self.samples / max(self.inserts - self.min_inserts, 1)
 
-    @property
-    def waiting_inserts(self) -> int:
-        """Insert calls blocked right now (actors held back by a slow learner)."""
-        return len(self._waiting_inserts)
-
-    @property
-    def waiting_samples(self) -> int:
-        """Sample calls blocked right now (a learner starved by slow actors)."""
-        return len(self._waiting_samples)
-
-    def _sample_fits(self, k: int) -> bool:
-        if self.inserts < self.min_inserts:
-            return False
-        return self.samples_per_insert is None or self.diff - k >= -self.error_buffer
+    def insert_fits(self, n: int) -> bool:
+        """Whether an insert of n items is within the bound now."""
+        _check_count("n", n)
+        with self._condition:
+            return self._insert_fits(n)
 
     def _insert_fits(self, n: int) -> bool:
         if self.samples_per_insert is None or self.inserts < self.min_inserts:
             return True
         return self.diff + n * self.samples_per_insert <= self.error_buffer
 
-    def _sampler_stuck(self) -> bool:
-        """A sampler waits and none of the waiting ones can be granted: no sampling will lower diff."""
-        return bool(self._waiting_samples) and not any(map(self._sample_fits, self._waiting_samples))
+    def _sample_fits(self, k: int) -> bool:
+        if self.inserts < self.min_inserts:
+            return False
+        return self.samples_per_insert is None or self.diff - k >= -self.error_buffer
 
-    def _grant(self, kind: str, count: int) -> None:
-        if kind == "insert":
-            self.forced_inserts += not self._insert_fits(count)
-            self.inserts += count
-        else:
-            self.samples += count
-        self._condition.notify_all()
+    def _grant(self, kind: str) -> None:
         if self.on_grant is not None:
             self.on_grant(kind, self.inserts, self.samples)
 
@@ -216,15 +199,17 @@ class RateLimiter(_Stoppable):
         return (f"inserts={self.inserts}, samples={self.samples}, min_inserts={self.min_inserts}, "
                 f"samples_per_insert={self.samples_per_insert}, error_buffer={self.error_buffer}")
 
-    def try_insert(self, n: int) -> bool:
-        """Count n inserted items if granted now; False (nothing counted) if not. Raises RuntimeStopped."""
+    def insert(self, n: int) -> None:
+        """Count n inserted items. Raises RateLimitExceeded (nothing counted) beyond the bound, RuntimeStopped."""
         _check_count("n", n)
         with self._condition:
             self._raise_if_stopped()
-            if not (self._insert_fits(n) or self._sampler_stuck()):
-                return False
-            self._grant("insert", n)
-            return True
+            if not self._insert_fits(n):
+                raise RateLimitExceeded(f"RateLimiter: an insert of {n} items would leave diff="
+                                        f"{self.diff + n * self.samples_per_insert} > error_buffer; the learner "
+                                        f"inserted before learning every granted round: {self._counts()}")
+            self.inserts += n
+            self._grant("insert")
 
     def try_sample(self, k: int) -> bool:
         """Count k sampled items if granted now; False (nothing counted) if not. Raises RuntimeStopped."""
@@ -233,43 +218,9 @@ class RateLimiter(_Stoppable):
             self._raise_if_stopped()
             if not self._sample_fits(k):
                 return False
-            self._grant("sample", k)
+            self.samples += k
+            self._grant("sample")
             return True
-
-    def acquire_insert(self, n: int, timeout: Optional[float] = None) -> None:
-        """Block until an insert of n items is granted, then count it."""
-        _check_count("n", n)
-        with self._condition:
-            self._waiting_inserts.append(n)
-            try:
-                self._wait_until(lambda: self._insert_fits(n) or self._sampler_stuck(), timeout,
-                                 lambda waited: f"RateLimiter: the inserting side (actors) waited {waited:.2f} s "
-                                 f"for an insert of {n} items (timeout {timeout} s); the learner sampled too "
-                                 f"little: {self._counts()}", self._record_insert_wait)
-            finally:
-                self._waiting_inserts.remove(n)
-            self._grant("insert", n)
-
-    def acquire_sample(self, k: int, timeout: Optional[float] = None) -> None:
-        """Block until a sample of k items is granted, then count it."""
-        _check_count("k", k)
-        with self._condition:
-            self._waiting_samples.append(k)
-            self._condition.notify_all()  # a blocked inserter may now be the one to force through (see the class)
-            try:
-                self._wait_until(lambda: self._sample_fits(k), timeout,
-                                 lambda waited: f"RateLimiter: the sampling side (learner) waited {waited:.2f} s "
-                                 f"for a sample of {k} items (timeout {timeout} s); the actors inserted too "
-                                 f"little: {self._counts()}", self._record_sample_wait)
-            finally:
-                self._waiting_samples.remove(k)
-            self._grant("sample", k)
-
-    def _record_insert_wait(self, seconds: float) -> None:
-        self.insert_wait_seconds += seconds
-
-    def _record_sample_wait(self, seconds: float) -> None:
-        self.sample_wait_seconds += seconds
 
 
 class BoundedQueue(_Stoppable):
@@ -331,7 +282,6 @@ class ParameterStore(_Stoppable):
             if version <= self._version:
                 return False
             self._params, self._version = params, version
-            self._condition.notify_all()
             return True
 
     def latest(self) -> tuple[Any, int]:
@@ -342,14 +292,6 @@ class ParameterStore(_Stoppable):
     @property
     def version(self) -> int:
         return self._version
-
-    def wait_for(self, version: int, timeout: Optional[float] = None) -> tuple[Any, int]:
-        """Block until a version >= `version` is published (lockstep mode); return the newest (params, version)."""
-        with self._condition:
-            self._wait_until(lambda: self._version >= version, timeout,
-                             lambda waited: f"ParameterStore: waited {waited:.2f} s (timeout {timeout} s) for "
-                             f"parameters version >= {version}; the newest is {self._version}")
-            return self._params, self._version
 
 
 class StopSignal:

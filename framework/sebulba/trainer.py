@@ -175,7 +175,7 @@ class HostRun:
     def insert(self, blocks: list[tuple[Any, Any]]) -> None:
         """One round: every thread's block (items, priorities or None) into replay."""
         items, priorities = zip(*blocks, strict=True)
-        self.limiter.acquire_insert(self.block_items, timeout=0)
+        self.limiter.insert(self.block_items)
         self.learner = self.programs.insert(self.learner, items, None if priorities[0] is None else priorities)
         self.round_keys, _, self.learn_keys = self.programs.next_round(self.round_keys)
         self.learns_since_insert = 0
@@ -278,10 +278,6 @@ class HostRun:
                 self.insert(blocks)
                 self.learn_granted(lambda: True)
             last = self.boundary_report(previous, reports, timeout)
-
-    def env_steps_per_second(self) -> float:
-        busy = max(max(actor.meter.busy + actor.meter.waiting for actor in self.actors), 1e-9)
-        return sum(actor.meter.count for actor in self.actors) * self.parts.num_envs / len(self.actors) / busy
 
     def runtime_metrics(self, seconds: float) -> dict:
         """The actor and learner side of the system: rates, waits, staleness, samples per insert."""
