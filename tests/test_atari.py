@@ -194,7 +194,7 @@ def engine_failing_once(monkeypatch, at_call: int) -> list:
 def test_only_the_engines_own_calls_are_engine_faults(monkeypatch):
     """An exception from the engine is a HostEnvError (env.on_error's to handle); one from the adapter's own code
     around it stays what it is, a bug, and is never restarted as an env fault."""
-    import framework.core.host_env as host_env
+    import envs.gymnasium_vector as adapter
 
     vector = make_atari(AtariConfig(id="Pong"))[0].vector_env(2)
     vector.reset(seed=0)
@@ -204,7 +204,7 @@ def test_only_the_engines_own_calls_are_engine_faults(monkeypatch):
     with pytest.raises(HostEnvError, match=r"'Pong' failed at its vector engine: RuntimeError: emulator fault"):
         vector.step(actions)
     monkeypatch.setattr(engine, "step", real_step)
-    monkeypatch.setattr(host_env, "encode_observations", lambda space, raw: 1 / 0)
+    monkeypatch.setattr(adapter, "encode_observations", lambda space, raw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         vector.step(actions)
     vector.close()

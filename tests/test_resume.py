@@ -245,3 +245,20 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_p
     (_, state_a), (_, state_b) = _final_state(reference), _final_state(killed)
     for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_of_the_flat_layout_is_refused_in_one_paragraph():
+    """Before framework/ was laid out by shape, a checkpoint's JSON was the driver's own progress dict."""
+    from framework.core.errors import ConfigError
+    from framework.run.loop import PROGRESS_LAYOUT, Progress
+    from framework.run.protocol import EvaluationHistory
+
+    flat = {"chunk": 3, "env_steps": 15360, "train_seconds": 4.2, "metrics_lines": 3, "history": {}}
+    with pytest.raises(ConfigError) as refused:
+        Progress.from_saved(flat, 15360)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("Invalid config: resume=True")
+    assert "env step 15,360 was written by an earlier lightspeed" in message and "start a new run" in message
+    saved = Progress(env_steps=7, evaluations=2, chunks=1).saved(EvaluationHistory(2, None, 3), {"inserts": 5})
+    assert saved["layout"] == PROGRESS_LAYOUT and saved["counters"] == {"inserts": 5}
+    assert Progress.from_saved(json.loads(json.dumps(saved)), 7) == Progress(env_steps=7, evaluations=2, chunks=1)

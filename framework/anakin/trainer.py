@@ -7,7 +7,6 @@ The shard_map's device axis splits the seeds, or (learner-parallel algorithms) h
 per device; see framework/core/devices.py.
 """
 import gc
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,38 +16,19 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from framework.core import registry
 from framework.core.algorithm import Algorithm, check_outputs
 from framework.core.config import TrainConfig, chunk_updates
-from framework.core.devices import (
-    DEVICE_AXIS,
-    is_writer,
-    make_mesh,
-    to_devices,
-    to_host,
-)
+from framework.core.devices import DEVICE_AXIS, is_writer, make_mesh, to_devices, to_host
 from framework.core.errors import TrainingDiverged
 from framework.core.evaluation import make_evaluate
 from framework.core.keys import FINAL_EVALUATION, run_keys
-from framework.run.checkpoint import Checkpointer
-from framework.run.common import (
-    StopRequest,
-    format_line,
-    format_outputs,
-    format_result,
-    keep_first_lines,
-    learning_curve_title,
-    open_run_dir,
-    rate_name,
-    summarize,
-)
-from framework.run.loggers import Loggers, make_loggers
-from framework.run.plots import plot_learning_curve
-from framework.run.policy import save_policies
-from framework.run.progress import ProgressBar, print_line
-from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.run.common import StopRequest, open_run_dir, rate_name
+from framework.run.loop import RunLoop
+from framework.run.progress import ProgressBar
+from framework.run.protocol import BestPolicies
 from framework.run.resources import check_fits
 
 
@@ -216,13 +196,9 @@ def stop_if_diverged(metrics: dict, algorithm: Algorithm, learners: bool, nan_po
         print(f"warning: {message} (nan_policy=warn)", file=sys.stderr, flush=True)
 
 
-def chunk_record(metrics: dict, algorithm: Algorithm, env_steps: int, wall_seconds: float, steps_per_second: float,
-                 train_seconds: float) -> dict:
-    """A metrics.jsonl line: the chunk's last update's metrics (means over seeds) and the run's rates."""
-    record = {"env_steps": env_steps, "perf/wall_seconds": wall_seconds, "perf/env_steps_per_second": steps_per_second}
-    record.update({k: float(np.mean(v)) for k, v in metrics.items()})
-    record.update({rate_name(k): record[k] / train_seconds for k in algorithm.counters})
-    return record
+def counter_rates(record: dict, algorithm: Algorithm, train_seconds: float) -> dict:
+    """The algorithm's cumulative counters as rates over the training seconds ("perf/<counter>_per_second")."""
+    return {rate_name(counter): record[counter] / train_seconds for counter in algorithm.counters}
 
 
 class Run(NamedTuple):
@@ -282,36 +258,13 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
     return run, state
 
 
-def evaluate_periodically(run: Run, state: Any, chunk: int, env_steps: int, seconds: float,
-                          history: EvaluationHistory, best: BestPolicies) -> dict:
-    """One periodic evaluation: recorded in the history, new bests kept; its metrics."""
-    policies = run.policies(state)
-    returns = run.returns(policies, chunk).mean(axis=-1)
-    improved = history.record(env_steps, returns, seconds)
-    if improved.any():  # copied now: the next chunk donates the state's buffers
-        best.keep(improved, to_host(policies))
-    return {"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()}
-
-
-def evaluate_finally(run: Run, state: Any, history: EvaluationHistory, best: BestPolicies) -> tuple[list[dict], Any]:
-    """The result: the policy the run ends with and each seed's best, on the same final episodes;
-    per-seed rows for summary.json and the final policies (host arrays)."""
+def evaluate_finally(run: Run, state: Any, best: BestPolicies) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The result: the policy the run ends with and each seed's best, on the same final episodes: their returns
+    [S, episodes] and the final policies (host arrays)."""
     final_policies = run.policies(state)
     final_returns = run.returns(final_policies, FINAL_EVALUATION, final=True)
     best_returns = run.returns(to_devices(best.policies, final_policies), FINAL_EVALUATION, final=True)
-    return seed_results(history, final_returns, best_returns), to_host(final_policies)
-
-
-def write_results(run_dir: Path, train_cfg: TrainConfig, run: Run, env: Any, summary: dict, history: EvaluationHistory,
-                  final_policies: Any, best: BestPolicies) -> None:
-    """summary.json, each seed's final and best policy, the learning curve."""
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    on_first_learner = _on_this_device if run.learners else (lambda tree: tree)
-    for which, policies in (("final", final_policies), ("best", best.policies)):
-        save_policies(run_dir, which, on_first_learner(policies), train_cfg, env)
-    if history.env_steps:  # a run stopped by Ctrl-C before its first evaluation has no curve yet
-        plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
-                            train_cfg.target_return, learning_curve_title(train_cfg.algo.name, env))
+    return final_returns, best_returns, to_host(final_policies)
 
 
 def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_params: Any, algorithm: Algorithm,
@@ -328,73 +281,57 @@ def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_
         gc.freeze()
         gc.enable()
 
-    history = EvaluationHistory(run.num_seeds, train_cfg.target_return, train_cfg.solve_window)
     best = BestPolicies(to_host(run.policies(state)), seed_axis=1 if run.learners else 0)
-    progress = {"chunk": 0, "env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0}
-    if train_cfg.resume:
-        state, best.policies, saved = checkpointer.restore_latest(state, best.policies)
-        history.load(saved.pop("history"))
-        progress = saved
-    if writer:  # drop log lines written after the checkpoint resumed from (a fresh run: all of them)
-        keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    loggers = (make_loggers(train_cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
-               if writer else Loggers([]))
-    latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
-    summary, stop, last, interrupted_by = None, StopRequest(), False, None
-    solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
-                      if train_cfg.target_return is not None else None)
+    loop = RunLoop(train_cfg, cfg, run_dir, env, algorithm, seconds, sweep_group, checkpointer, best, writer)
+    state, _ = loop.resume(state)
+    progress, history = loop.progress, loop.history
+    stop, last, interrupted_by, latest_eval = StopRequest(), False, None, loop.latest_eval
     # a signal after the last chunk (final evaluation, writing) lets the run finish: its results are whole
-    with stop:
+    with stop, loop.logging():
         try:
             with ProgressBar(run.num_chunks * run.env_steps_per_chunk, train_cfg.progress and writer) as bar:
-                for chunk in range(progress["chunk"], run.num_chunks):
+                for chunk in range(progress.chunks, run.num_chunks):
                     if history.all_solved:
                         break
                     chunk_start = time.time()
                     state, metrics = run.programs.run_chunk(state)
                     metrics = to_host(metrics)
-                    previous = progress["env_steps"]
-                    env_steps = progress["env_steps"] = previous + run.env_steps_per_chunk
+                    previous = progress.env_steps
+                    env_steps = previous + run.env_steps_per_chunk
                     stop_if_diverged(metrics, algorithm, run.learners, train_cfg.nan_policy, env_steps)
-                    progress["train_seconds"] += time.time() - chunk_start
-                    steps_per_second = run.num_seeds * env_steps / progress["train_seconds"]
+                    progress.train_seconds += time.time() - chunk_start
+                    steps_per_second = run.num_seeds * env_steps / progress.train_seconds
                     last = chunk == run.num_chunks - 1
                     crossed = lambda every, now=env_steps, before=previous: every > 0 and now // every > before // every
+                    progress.env_steps = env_steps
                     if crossed(train_cfg.log_every) or crossed(train_cfg.eval_every) or last:
-                        record = chunk_record(metrics, algorithm, env_steps, seconds(), steps_per_second,
-                                              progress["train_seconds"])
+                        record = loop.record(env_steps, metrics, steps_per_second)
+                        record.update(counter_rates(record, algorithm, progress.train_seconds))
                         if crossed(train_cfg.eval_every) or last:
-                            record.update(evaluate_periodically(run, state, chunk, env_steps, seconds(), history, best))
+                            policies = run.policies(state)
+                            # copied now where a seed improved: the next chunk donates the state's buffers
+                            loop.evaluated(record, run.returns(policies, chunk).mean(axis=-1),
+                                           lambda policies=policies: to_host(policies))
                             latest_eval = record["eval/return"]
-                        loggers.log(record)
-                        progress["metrics_lines"] += 1
-                        if writer:
-                            print_line(format_line(record, solved(), algorithm.headline_metrics))
+                        loop.log(record)
                     bar.update(env_steps, steps_per_second, latest_eval)
-                    progress["chunk"] = chunk + 1
-                    if stop.requested and checkpointer is None:
-                        checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep)
-                    if checkpointer and (crossed(train_cfg.checkpoint.every) or last or history.all_solved
-                                         or stop.requested):
-                        checkpointer.save(env_steps, state, {**progress, "history": history.to_dict()}, best.policies)
+                    progress.chunks = chunk + 1
+                    if stop.requested or (checkpointer is not None and (crossed(train_cfg.checkpoint.every) or last
+                                                                        or history.all_solved)):
+                        loop.checkpoint(env_steps, state)
                     if stop.requested:
                         interrupted_by = None if last else stop.signal.name
                         break
-            seeds, final_policies = evaluate_finally(run, state, history, best)
-            summary = summarize(seeds, progress, run.compile_seconds, seconds(), train_cfg, run.mesh.size,
-                                interrupted_by)
+            final_returns, best_returns, final_policies = evaluate_finally(run, state, best)
+            summary = loop.summarize(final_returns, best_returns, run.compile_seconds, run.mesh.size, interrupted_by)
         finally:
-            loggers.close(summary)
-            if checkpointer:
-                checkpointer.close()
+            loop.close()
 
+    on_first_learner = _on_this_device if run.learners else (lambda tree: tree)
+    loop.write_results(summary, on_first_learner(final_policies), on_first_learner(best.policies))
+    if algorithm.save_artifacts is not None:
+        final_state = to_host(state)
         if writer:
-            write_results(run_dir, train_cfg, run, env, summary, history, final_policies, best)
-        if algorithm.save_artifacts is not None:
-            final_state = to_host(state)
-            if writer:
-                algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
-        if writer:
-            for line in (format_result(summary), *format_outputs(run_dir)):
-                print_line(line)
+            algorithm.save_artifacts(_on_this_device(final_state) if run.learners else final_state, run_dir)
+    loop.closing_lines(summary)
     return summary

@@ -13,7 +13,6 @@ threads' loop and the programs both sides call are in framework/sebulba/actor.py
 published after learner round k-1, then its share of samples is drawn, so a run is reproducible.
 Reproducibility in free mode is not promised: the thread schedule decides which parameters an action used.
 """
-import json
 import threading
 import time
 from pathlib import Path
@@ -22,28 +21,15 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from omegaconf import OmegaConf
 
 from framework.core.algorithm import ActorLearner, Algorithm, Memory
 from framework.core.config import TrainConfig
 from framework.core.errors import HostRunError, check
 from framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
-from framework.run.checkpoint import Checkpointer
-from framework.run.common import (
-    StopRequest,
-    format_line,
-    format_outputs,
-    format_result,
-    keep_first_lines,
-    learning_curve_title,
-    open_run_dir,
-    summarize,
-)
-from framework.run.loggers import make_loggers
-from framework.run.plots import plot_learning_curve
-from framework.run.policy import save_policies
+from framework.run.common import StopRequest, open_run_dir
+from framework.run.loop import RunLoop
 from framework.run.progress import ProgressBar, print_line
-from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from framework.run.protocol import BestPolicies
 from framework.run.resources import GIB, check_fits
 from framework.sebulba.actor import Actor, Meter, column_order, first_round_keys, host_programs
 from framework.sebulba.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
@@ -405,106 +391,83 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     keep = train.checkpoint.keep if train.checkpoint.every else 0
     run = HostRun(train, env, algorithm, lambda abstract: check_and_describe_memory(
         abstract, run_dir, keep, algorithm.memory, train.num_seeds))
-    history = EvaluationHistory(run.num_seeds, train.target_return, train.solve_window)
     best = BestPolicies(jax.device_get(run.programs.snapshot(run.learner)), seed_axis=0)
-    progress = {"env_steps": 0, "train_seconds": 0.0, "metrics_lines": 0, "evaluations": 0}
-    if train.resume:
-        state, best.policies, saved = checkpointer.restore_latest(run.checkpoint_state(), best.policies)
-        history.load(saved.pop("history"))
-        run.restore(state, saved.pop("counters"))
-        progress = saved
-    keep_first_lines(run_dir / "metrics.jsonl", progress["metrics_lines"])
-    loggers = make_loggers(train.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), sweep_group)
+    loop = RunLoop(train, cfg, run_dir, env, algorithm, seconds, sweep_group, checkpointer, best)
+    state, counters = loop.resume(run.checkpoint_state())
+    if counters is not None:
+        run.restore(state, counters)
+    progress, history = loop.progress, loop.history
     reports, stop_signal = BoundedQueue(4), StopSignal()
     summary, interrupted_by, learner, final_params = None, None, None, None
-    trained_before, start = progress["train_seconds"], time.time()
+    trained_before, start = progress.train_seconds, time.time()
 
     def evaluate(params: Any, episodes: int, evaluation: int, seeds: Optional[np.ndarray] = None) -> np.ndarray:
         with stop_signal.progress.busy():  # whole games can take minutes while the learner waits to report
             return greedy_returns(env, run.programs.greedy, params, run.num_seeds, episodes,
                                   evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
 
-    solved = lambda: (f"{sum(s is not None for s in history.solved_at_env_steps)}/{run.num_seeds}"
-                      if train.target_return is not None else None)
     try:
-        run.start_actors()  # an env that fails to start is the run's one-paragraph error too
-        with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
-            latest_eval = float(np.mean(history.returns[-1])) if history.returns else None
-            done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: the results only
-            learner = None if done else start_learner(run, reports, stop_signal)
-            final_params = run.programs.snapshot(run.learner) if done else None
-            while not done:
-                # a signal: the learner ends after its round with a checkpoint, and the run with its results
-                report = wait_for_report(reports, stop_signal, learner,
-                                         lambda: stop.requested and not run.stop_requested)
-                if report is None:
-                    run.stop_requested = True
-                    continue
-                progress["env_steps"] = report.env_steps
-                progress["train_seconds"] = trained_before + time.time() - start
-                rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
-                    time.time() - start, 1e-9)
-                record = {"env_steps": report.env_steps, "perf/wall_seconds": seconds(),
-                          "perf/env_steps_per_second": rate,
-                          **{name: float(np.mean(value)) for name, value in report.metrics.items()},
-                          **run.runtime_metrics(time.time() - start)}
-                every = train.eval_every
-                if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
-                    returns = evaluate(report.params, train.eval_episodes, progress["evaluations"]).mean(axis=-1)
-                    progress["evaluations"] += 1
-                    improved = history.record(report.env_steps, returns, seconds())
-                    if improved.any():
-                        best.keep(improved, jax.device_get(report.params))
-                    record.update({"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()})
-                    latest_eval = record["eval/return"]
-                loggers.log(record)
-                progress["metrics_lines"] += 1
-                print_line(format_line(record, solved(), algorithm.headline_metrics))
-                bar.update(report.env_steps, rate, latest_eval)
-                final_params = report.params
-                if report.checkpoint is not None:
-                    if checkpointer is None:
-                        checkpointer = Checkpointer(run_dir, train.checkpoint.keep)
-                    state, counters = report.checkpoint
-                    with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
-                        checkpointer.save(report.env_steps, state, {**progress, "history": history.to_dict(),
-                                                                    "counters": counters}, best.policies)
-                if report.last or history.all_solved:
-                    if run.stop_requested and run.rounds_inserted < run.num_rounds:
-                        interrupted_by = stop.signal.name
-                    done = True
-        stop_signal.raise_if_failed()
-        if final_params is None:
-            final_params = run.store.latest()[0]
-        final_returns = evaluate(final_params, train.final_eval_episodes, -1)
-        # a seed whose best policy is its final one has its returns already: the same greedy policy on the same
-        # seeded episodes (host episodes are the costly part of a run's end)
-        best_returns = final_returns.copy()
-        played = np.flatnonzero(~same_policy_seeds(final_params, best.policies, run.num_seeds))
-        if len(played):
-            best_returns[played] = evaluate(best.policies, train.final_eval_episodes, -1, played)
-        summary = summarize(seed_results(history, final_returns, best_returns), progress, 0.0, seconds(), train, 1,
-                            interrupted_by)
-        summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
-                              **run.runtime_metrics(max(time.time() - start, 1e-9))}
+        with loop.logging():
+            try:
+                run.start_actors()  # an env that fails to start is the run's one-paragraph error too
+                with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
+                    latest_eval = loop.latest_eval
+                    done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: results only
+                    learner = None if done else start_learner(run, reports, stop_signal)
+                    final_params = run.programs.snapshot(run.learner) if done else None
+                    while not done:
+                        # a signal: the learner ends after its round with a checkpoint, and the run with its results
+                        report = wait_for_report(reports, stop_signal, learner,
+                                                 lambda: stop.requested and not run.stop_requested)
+                        if report is None:
+                            run.stop_requested = True
+                            continue
+                        progress.train_seconds = trained_before + time.time() - start
+                        rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
+                            time.time() - start, 1e-9)
+                        record = loop.record(report.env_steps, report.metrics, rate)
+                        record.update(run.runtime_metrics(time.time() - start))
+                        every = train.eval_every
+                        if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
+                            returns = evaluate(report.params, train.eval_episodes, progress.evaluations)
+                            loop.evaluated(record, returns.mean(axis=-1),
+                                           lambda params=report.params: jax.device_get(params))
+                            latest_eval = record["eval/return"]
+                        loop.log(record)
+                        bar.update(report.env_steps, rate, latest_eval)
+                        final_params = report.params
+                        if report.checkpoint is not None:
+                            state, counters = report.checkpoint
+                            with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
+                                loop.checkpoint(report.env_steps, state, counters)
+                        if report.last or history.all_solved:
+                            if run.stop_requested and run.rounds_inserted < run.num_rounds:
+                                interrupted_by = stop.signal.name
+                            done = True
+                stop_signal.raise_if_failed()
+                if final_params is None:
+                    final_params = run.store.latest()[0]
+                final_returns = evaluate(final_params, train.final_eval_episodes, -1)
+                # a seed whose best policy is its final one has its returns already: the same greedy policy on the
+                # same seeded episodes (host episodes are the costly part of a run's end)
+                best_returns = final_returns.copy()
+                played = np.flatnonzero(~same_policy_seeds(final_params, best.policies, run.num_seeds))
+                if len(played):
+                    best_returns[played] = evaluate(best.policies, train.final_eval_episodes, -1, played)
+                summary = loop.summarize(final_returns, best_returns, 0.0, 1, interrupted_by)
+                summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
+                                      **run.runtime_metrics(max(time.time() - start, 1e-9))}
+            finally:  # no thread, env or worker outlives the run, whatever stopped it
+                stop_signal.stop("the run ended")
+                if learner is not None:
+                    learner.join(train.runtime.timeout_s)
     except (HostEnvError, RuntimeStopped, TimeoutError) as error:
         cause = stop_signal.error or error
-        raise HostRunError(failure_message(cause, env.name, progress["env_steps"])) from None
-    finally:  # no thread, env or worker outlives the run, whatever stopped it
-        stop_signal.stop("the run ended")
-        if learner is not None:
-            learner.join(train.runtime.timeout_s)
-        loggers.close(summary)
+        raise HostRunError(failure_message(cause, env.name, progress.env_steps)) from None
+    finally:
         run.close()
-        if checkpointer is not None:
-            checkpointer.close()
+        loop.close()
 
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    for which, policies in (("final", jax.device_get(final_params)), ("best", best.policies)):
-        save_policies(run_dir, which, policies, train, env)
-    if history.env_steps:
-        plot_learning_curve(history.env_steps, np.array(history.returns), run_dir / "learning_curve.png",
-                            train.target_return, learning_curve_title(train.algo.name, env))
-    for line in (format_result(summary), *format_outputs(run_dir)):
-        print_line(line)
+    loop.write_results(summary, jax.device_get(final_params), best.policies)
+    loop.closing_lines(summary)
     return summary
