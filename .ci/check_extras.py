@@ -9,7 +9,7 @@ from packaging.requirements import Requirement
 
 IMPORT_NAMES = {"stable-baselines3": "stable_baselines3", "hydra-optuna-sweeper": "hydra_plugins.hydra_optuna_sweeper",
                 "tensorboardX": "tensorboardX", "lightspeed": "framework", "pytest-xdist": "xdist",
-                "opencv-python-headless": "cv2"}
+                "opencv-python-headless": "cv2", "mkdocs-material": "material"}
 
 
 def requirements(extra: str, extras: dict) -> list[Requirement]:

@@ -2,7 +2,7 @@
 
 One cluster for the module: tests/ray_scenarios.py runs every scenario inside a private network namespace
 (`unshare -n`, loopback brought up), so nothing it starts is reachable from outside; each test reads one
-scenario's outcome. The listener test alone runs in the host namespace, against the README's table.
+scenario's outcome. The listener test alone runs in the host namespace, against docs/ray.md's table.
 """
 import fcntl
 import json
@@ -159,23 +159,23 @@ def test_ctrl_c_stops_a_ray_run_with_a_checkpoint_and_leaves_nothing(outcomes):
     assert_stopped_with_a_checkpoint(outcomes["ctrl_c"], 130, "SIGINT")
 
 
-def readme_listeners() -> list[dict]:
-    """The rows of the README's listener table: what, key, port or range, where it binds."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### What a Ray head exposes"):]
+def documented_listeners() -> list[dict]:
+    """The rows of docs/ray.md's listener table: what, key, port or range, where it binds."""
+    text = (ROOT / "docs" / "ray.md").read_text()
+    section = text[text.index("## What a Ray head exposes"):]
     rows = re.findall(r"^\| ([^|]+) \| `([\w.]+)`(?:-`([\w.]+)`)? \| (\d+)(?:-(\d+))? \| ([^|]+) \|", section, re.M)
     return [{"what": what.strip(), "key": key, "low": int(low), "high": int(high or low), "binds": binds.strip()}
             for what, key, _, low, high, binds in rows]
 
 
-def test_the_readme_lists_every_listener_of_a_local_head(tmp_path):
+def test_the_docs_list_every_listener_of_a_local_head(tmp_path):
     """In the host namespace: a local head started as a run starts it, with one actor; every socket it and the
-    driver listen on is a row of the README's table (port and bind address), and every always-on row is seen."""
+    driver listen on is a row of docs/ray.md's table (port and bind address), and every always-on row is seen."""
     result = subprocess.run([sys.executable, str(SCENARIOS), str(tmp_path), "listeners"], capture_output=True,
                             text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads((tmp_path / "listeners.json").read_text())["listeners"]
-    rows = readme_listeners()
+    rows = documented_listeners()
     assert len(rows) >= 8
     config = RayConfig()
     for row in rows:  # the table's ports are the keys' defaults
@@ -183,7 +183,7 @@ def test_the_readme_lists_every_listener_of_a_local_head(tmp_path):
     every = {"::", "0.0.0.0"}
     for listener in seen:
         row = next((r for r in rows if r["low"] <= listener["port"] <= r["high"]), None)
-        assert row is not None, f"not in the README's table: {listener}"
+        assert row is not None, f"not in docs/ray.md's table: {listener}"
         assert (listener["ip"] in every) == row["binds"].startswith("every interface"), (listener, row)
     always = [r for r in rows if "only with" not in r["binds"] and "not started" not in r["binds"]]
     for row in always:
