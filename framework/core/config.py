@@ -93,7 +93,7 @@ class RuntimeConfig:
 
 
 ACTOR_FLEETS = ("threads", "ray")
-# every listener of a local Ray head that a key pins (README "Running on a Ray cluster" lists them)
+# every listener of a local Ray head that a key pins (docs/ray.md lists them)
 RAY_PORT_KEYS = ("port", "node_manager_port", "object_manager_port", "runtime_env_agent_port",
                  "dashboard_agent_grpc_port", "dashboard_agent_listen_port", "metrics_export_port",
                  "client_server_port", "dashboard_port", "autoscaler_metric_port")

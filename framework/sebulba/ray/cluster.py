@@ -4,7 +4,7 @@ outlives, with its ports pinned by keys, a per-run token and no dashboard unless
 Security: Ray's gRPC servers accept any client that can reach them, so a local head always runs with token
 authentication (RAY_AUTH_MODE=token) and a fresh token in a file of mode 0600 in the run's own session dir, not a
 token shared through ~/.ray. Ray binds most listeners to every interface whatever `node_ip_address` says; the
-README's "Running on a Ray cluster" lists each one with its key. The head runs under
+docs/ray.md lists each one with its key. The head runs under
 framework/sebulba/ray/reaper.py in a session of its own: a driver stopped by Ctrl-C, SIGTERM or even SIGKILL leaves
 no process of it behind.
 """
