@@ -258,13 +258,14 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
     return run, state
 
 
-def evaluate_finally(run: Run, state: Any, best: BestPolicies) -> tuple[np.ndarray, np.ndarray, Any]:
-    """The result: the policy the run ends with and each seed's best, on the same final episodes: their returns
-    [S, episodes] and the final policies (host arrays)."""
-    final_policies = run.policies(state)
-    final_returns = run.returns(final_policies, FINAL_EVALUATION, final=True)
-    best_returns = run.returns(to_devices(best.policies, final_policies), FINAL_EVALUATION, final=True)
-    return final_returns, best_returns, to_host(final_policies)
+def evaluate_finally(run: Run, state: Any, loop: RunLoop) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The result: each seed's final policy (where it was solved, or the one the run ends with) and its best, on the
+    same final episodes: their returns [S, episodes] and the final policies (host arrays)."""
+    ends_with = run.policies(state)
+    final_policies = loop.final_policies(to_host(ends_with))
+    final_returns = run.returns(to_devices(final_policies, ends_with), FINAL_EVALUATION, final=True)
+    best_returns = run.returns(to_devices(loop.best.policies, ends_with), FINAL_EVALUATION, final=True)
+    return final_returns, best_returns, final_policies
 
 
 def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_params: Any, algorithm: Algorithm,
@@ -322,7 +323,7 @@ def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_
                     if stop.requested:
                         interrupted_by = None if last else stop.signal.name
                         break
-            final_returns, best_returns, final_policies = evaluate_finally(run, state, best)
+            final_returns, best_returns, final_policies = evaluate_finally(run, state, loop)
             summary = loop.summarize(final_returns, best_returns, run.compile_seconds, run.mesh.size, interrupted_by)
         finally:
             loop.close()

@@ -201,7 +201,8 @@ class TrainConfig:
     eval_every: int = 10_000  # env steps between periodic evaluations (the learning curve's points)
     eval_episodes: int = 16  # greedy episodes of each periodic evaluation (the learning curve)
     final_eval_episodes: int = 100  # greedy episodes of the final evaluation (the result)
-    target_return: Optional[float] = None  # stop once every seed is solved (solve_window evaluations in a row)
+    # each seed ends once solved (solve_window evaluations in a row), with its best policy; the run once all are
+    target_return: Optional[float] = None
     solve_window: int = 3  # consecutive periodic evaluations >= target_return that make a seed solved
     log_every: int = 10_000  # env steps between log lines (and metrics.jsonl records)
     progress: bool = True

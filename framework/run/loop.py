@@ -83,6 +83,9 @@ class RunLoop:
         self.seconds, self.sweep_group, self.checkpointer, self.writer = seconds, sweep_group, checkpointer, writer
         self.history = EvaluationHistory(train.num_seeds, train.target_return, train.solve_window)
         self.best, self.progress = best, Progress()
+        # with a target, each seed's run ends where it is solved, with its best policy so far (early stopping that
+        # restores the best weights); the seeds of one program train on until all are solved, drawing the curve
+        self.ended = BestPolicies(best.policies, best.seed_axis)
         self.loggers = Loggers([])
 
     @property
@@ -95,7 +98,8 @@ class RunLoop:
         if not self.train.resume:
             return template, None
         step = self.checkpointer.latest_step()
-        state, self.best.policies, saved = self.checkpointer.restore_latest(template, self.best.policies)
+        state, policies, saved = self.checkpointer.restore_latest(template, self.kept_policies())
+        self.best.policies, self.ended.policies = policies["best"], policies["ended"]
         self.progress = Progress.from_saved(saved, step)
         self.history.load(saved["history"])
         return state, saved["counters"]
@@ -128,11 +132,28 @@ class RunLoop:
     def evaluated(self, record: dict, returns: np.ndarray, policies: Callable[[], Any]) -> None:
         """A periodic evaluation's mean return per seed [S] into the history and `record`; the seeds it improved
         keep `policies()` (host arrays, laid out as the best policies) as their best."""
+        solved_before = self.solved_seeds()
         improved = self.history.record(record["env_steps"], returns, self.seconds())
+        newly_solved = self.solved_seeds() & ~solved_before
         if improved.any():
             self.best.keep(improved, policies())
+        self.ended.keep(newly_solved, self.best.policies)
         self.progress.evaluations += 1
         record.update({"eval/return": float(returns.mean()), "eval/return_per_seed": returns.tolist()})
+
+    def solved_seeds(self) -> np.ndarray:
+        return np.array([at is not None for at in self.history.solved_at_env_steps])
+
+    def final_policies(self, policies: Any) -> Any:
+        """Each seed's result: its policy where it was solved (with a target), else `policies`, the policies the
+        run ends with (host arrays, laid out as the best policies)."""
+        ended = BestPolicies(policies, self.best.seed_axis)
+        ended.keep(self.solved_seeds(), self.ended.policies)
+        return ended.policies
+
+    def kept_policies(self) -> dict:
+        """What a checkpoint keeps of the host-side policies: the best and the solved ones."""
+        return {"best": self.best.policies, "ended": self.ended.policies}
 
     def log(self, record: dict) -> None:
         """The record to every logger, and its line to the terminal."""
@@ -146,7 +167,7 @@ class RunLoop:
         policies (a run that keeps none still takes one when a signal stops it)."""
         if self.checkpointer is None:
             self.checkpointer = Checkpointer(self.run_dir, self.train.checkpoint.keep)
-        self.checkpointer.save(env_steps, state, self.progress.saved(self.history, counters), self.best.policies)
+        self.checkpointer.save(env_steps, state, self.progress.saved(self.history, counters), self.kept_policies())
 
     def summarize(self, final_returns: np.ndarray, best_returns: np.ndarray, compile_seconds: float,
                   num_devices: int, interrupted_by: Optional[str]) -> dict:

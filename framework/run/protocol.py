@@ -7,7 +7,8 @@
 - Stability: the fraction of a seed's periodic evaluations after its first one >= target that
   are still >= target.
 - The result is a final evaluation (`final_eval_episodes` episodes) of the policy the run ends
-  with; the best policy gets the same episodes beside it.
+  with; the best policy gets the same episodes beside it. With a target, a seed's run ends once it is
+  solved, with its best policy so far (early stopping that restores the best weights).
 """
 from typing import Any, Optional
 

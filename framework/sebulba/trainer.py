@@ -447,6 +447,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
                 stop_signal.raise_if_failed()
                 if final_params is None:
                     final_params = run.store.latest()[0]
+                final_params = loop.final_policies(jax.device_get(final_params))
                 final_returns = evaluate(final_params, train.final_eval_episodes, -1)
                 # a seed whose best policy is its final one has its returns already: the same greedy policy on the
                 # same seeded episodes (host episodes are the costly part of a run's end)
@@ -468,6 +469,6 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
         run.close()
         loop.close()
 
-    loop.write_results(summary, jax.device_get(final_params), best.policies)
+    loop.write_results(summary, final_params, best.policies)
     loop.closing_lines(summary)
     return summary
