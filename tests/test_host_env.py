@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from envs.gymnasium_vector import HostVectorEnv, make_vector_env, pip_hint, worker_slices
 from framework.core.errors import ConfigError, PluginError
 from framework.core.host_env import HostEnvError, host_evaluate
+from framework.core.spaces import Discrete
 
 TEST_ID, UNCAPPED_ID = "LightspeedTestCountdown-v0", "LightspeedTestUncapped-v0"
 STEP_CAP = 6  # the registered cap: episodes drawn longer than this are truncated by TimeLimit
@@ -398,7 +399,8 @@ def test_minatar_keeps_bool_observations_and_its_step_caps():
 
     assert check_env_id(GymnasiumConfig(id="MinAtar/Freeway-v1")).max_episode_steps == 2500
     env = make_host_env(GymnasiumConfig(id="MinAtar/Breakout-v1"), 2, AutoresetMode.SAME_STEP)
-    assert (env.observation_dtype, env.observation_shape, env.num_actions) == (np.bool_, (10, 10, 4), 3)
+    assert (env.observation_dtype, env.observation_shape) == (np.bool_, (10, 10, 4))
+    assert env.action_space == Discrete(3)
     obs = env.reset(0)
     step = env.step(np.zeros(2, int))
     env.close()
