@@ -39,13 +39,15 @@ def clean_env() -> dict:
 
 
 def test_the_installed_package_holds_its_config_and_no_repository_path(installed, tmp_path):
-    probe = ("import framework, framework.core.config as c; print(framework.__file__); print(c.CONF_DIR); "
-             "print(sorted(p.name for p in c.CONF_DIR.iterdir()))")
+    probe = ("import json, framework, framework.core.config as c; "
+             "print(framework.__file__); print(c.CONF_DIR); "
+             "print(json.dumps(sorted(p.name for p in c.CONF_DIR.iterdir())))")
     lines = subprocess.run([installed / "bin" / "python", "-c", probe], cwd=tmp_path, env=clean_env(),
                            capture_output=True, text=True, check=True).stdout.splitlines()
     site = installed / "lib"
     assert Path(lines[0]).is_relative_to(site) and Path(lines[1]) == Path(lines[0]).parent / "conf"
-    assert {"config.yaml", "algo", "env", "algo_env", "logger", "distributed", "hydra", "sweep"} <= set(eval(lines[2]))
+    shipped = set(json.loads(lines[2]))
+    assert {"config.yaml", "algo", "env", "algo_env", "logger", "distributed", "hydra", "sweep"} <= shipped
 
 
 def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):

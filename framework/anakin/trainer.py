@@ -317,7 +317,7 @@ def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_
                         loop.log(record)
                     bar.update(env_steps, steps_per_second, latest_eval)
                     progress.chunks = chunk + 1
-                    if stop.requested or (checkpointer is not None and (crossed(train_cfg.checkpoint.every) or last
+                    if stop.requested or (loop.checkpointer is not None and (crossed(train_cfg.checkpoint.every) or last
                                                                         or history.all_solved)):
                         loop.checkpoint(env_steps, state)
                     if stop.requested:

@@ -24,6 +24,15 @@ from framework.core.spaces import Box, Discrete, Space
 StepResult = tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
 
 
+def dtype_bounds(dtype: np.dtype) -> tuple[Any, Any]:
+    """The widest (low, high) of a dtype: infinite for floats, its range for integers, 0 and 1 for bools."""
+    if dtype.kind == "f":
+        return -np.inf, np.inf
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min, np.iinfo(dtype).max
+    return 0, 1
+
+
 class Environment:
     """Subclasses implement `reset_env`, `step_env`, `default_params` and the properties."""
 
@@ -59,9 +68,7 @@ class Environment:
         """The observations it gives (default: an unbounded Box of observation_shape, of `observation_dtype` if the
         env has one, else float32)."""
         dtype = np.dtype(getattr(self, "observation_dtype", np.float32))
-        return Box(-np.inf if dtype.kind == "f" else np.iinfo(dtype).min if dtype.kind in "iu" else 0,
-                   np.inf if dtype.kind == "f" else np.iinfo(dtype).max if dtype.kind in "iu" else 1,
-                   self.observation_shape, dtype)
+        return Box(*dtype_bounds(dtype), self.observation_shape, dtype)
 
     def max_episode_steps(self, params: Any) -> int:
         """An upper bound on episode length (a static int), used to size evaluation."""

@@ -155,15 +155,16 @@ def declared_spaces(name: str, env: Any, env_params: Any) -> tuple[Any, Any]:
     return observations, actions
 
 
-def check_env(name: str, env: Any, env_params: Any) -> None:
+def check_env(name: str, env: Any, env_params: Any) -> tuple[Any, Any]:
     """An env's declared spaces and `observation_shape` against what its `reset_env` returns (traced only,
-    nothing runs): an algorithm sizes its network and replay from the declared ones."""
-    declared_spaces(name, env, env_params)
+    nothing runs): an algorithm sizes its network and replay from the declared ones. The declared spaces."""
+    spaces = declared_spaces(name, env, env_params)
     declared = env.observation_shape
     obs, _ = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))
     if tuple(obs.shape) != tuple(declared):
         raise PluginError("env", name, f"reset_env returns observations of shape {tuple(obs.shape)} where "
                           f"observation_shape declares {declared}", "the two the same: one observation, unbatched")
+    return spaces
 
 
 def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
@@ -172,11 +173,8 @@ def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
     algo = lookup("algo", algo_config.name)
     entry = lookup("env", env_config.name)
     env, env_params = entry.factory(with_encoding(env_config, algo))
-    if not entry.host:  # a host env has no JAX reset to trace: its checks ran when it was built
-        check_env(env_config.name, env, env_params)
-    if entry.host:
-        declared_spaces(env_config.name, env, env_params)
-    actions = env.action_space(env_params)
+    # a host env has no JAX reset to trace (its checks ran when it was built): its spaces alone
+    _, actions = (declared_spaces if entry.host else check_env)(env_config.name, env, env_params)
     check(actions.kind in algo.acts, "env", env_config.name, f"an env whose actions are {' or '.join(algo.acts)}",
           f"{env.name}'s actions are {actions.describe()}, and algo={algo.name} acts in {' or '.join(algo.acts)} "
           "action spaces only")

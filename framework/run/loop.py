@@ -87,6 +87,7 @@ class RunLoop:
         # restores the best weights); the seeds of one program train on until all are solved, drawing the curve
         self.ended = BestPolicies(best.policies, best.seed_axis)
         self.loggers = Loggers([])
+        self.summary: Optional[dict] = None  # what the loggers close with
 
     @property
     def latest_eval(self) -> Optional[float]:
@@ -111,7 +112,6 @@ class RunLoop:
             keep_first_lines(self.run_dir / "metrics.jsonl", self.progress.metrics_lines)
             self.loggers = make_loggers(self.train.logger, self.run_dir,
                                         OmegaConf.to_container(self.cfg, resolve=True), self.sweep_group)
-        self.summary: Optional[dict] = None
         try:
             yield
         finally:
@@ -125,7 +125,6 @@ class RunLoop:
 
     def record(self, env_steps: int, metrics: dict, rate: float) -> dict:
         """A log record: env steps, wall seconds, speed and the mean over seeds of each metric."""
-        self.progress.env_steps = env_steps
         return {"env_steps": env_steps, "perf/wall_seconds": self.seconds(), "perf/env_steps_per_second": rate,
                 **{name: float(np.mean(value)) for name, value in metrics.items()}}
 

@@ -406,68 +406,67 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
             return greedy_returns(env, run.programs.greedy, params, run.num_seeds, episodes,
                                   evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
 
-    try:
-        with loop.logging():
-            try:
-                run.start_actors()  # an env that fails to start is the run's one-paragraph error too
-                with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
-                    latest_eval = loop.latest_eval
-                    done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: results only
-                    learner = None if done else start_learner(run, reports, stop_signal)
-                    final_params = run.programs.snapshot(run.learner) if done else None
-                    while not done:
-                        # a signal: the learner ends after its round with a checkpoint, and the run with its results
-                        report = wait_for_report(reports, stop_signal, learner,
-                                                 lambda: stop.requested and not run.stop_requested)
-                        if report is None:
-                            run.stop_requested = True
-                            continue
-                        progress.train_seconds = trained_before + time.time() - start
-                        rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
-                            time.time() - start, 1e-9)
-                        record = loop.record(report.env_steps, report.metrics, rate)
-                        record.update(run.runtime_metrics(time.time() - start))
-                        every = train.eval_every
-                        if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
-                            returns = evaluate(report.params, train.eval_episodes, progress.evaluations)
-                            loop.evaluated(record, returns.mean(axis=-1),
-                                           lambda params=report.params: jax.device_get(params))
-                            latest_eval = record["eval/return"]
-                        loop.log(record)
-                        bar.update(report.env_steps, rate, latest_eval)
-                        final_params = report.params
-                        if report.checkpoint is not None:
-                            state, counters = report.checkpoint
-                            with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
-                                loop.checkpoint(report.env_steps, state, counters)
-                        if report.last or history.all_solved:
-                            if run.stop_requested and run.rounds_inserted < run.num_rounds:
-                                interrupted_by = stop.signal.name
-                            done = True
-                stop_signal.raise_if_failed()
-                if final_params is None:
-                    final_params = run.store.latest()[0]
-                final_params = loop.final_policies(jax.device_get(final_params))
-                final_returns = evaluate(final_params, train.final_eval_episodes, -1)
-                # a seed whose best policy is its final one has its returns already: the same greedy policy on the
-                # same seeded episodes (host episodes are the costly part of a run's end)
-                best_returns = final_returns.copy()
-                played = np.flatnonzero(~same_policy_seeds(final_params, best.policies, run.num_seeds))
-                if len(played):
-                    best_returns[played] = evaluate(best.policies, train.final_eval_episodes, -1, played)
-                summary = loop.summarize(final_returns, best_returns, 0.0, 1, interrupted_by)
-                summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
-                                      **run.runtime_metrics(max(time.time() - start, 1e-9))}
-            finally:  # no thread, env or worker outlives the run, whatever stopped it
-                stop_signal.stop("the run ended")
-                if learner is not None:
-                    learner.join(train.runtime.timeout_s)
-    except (HostEnvError, RuntimeStopped, TimeoutError) as error:
-        cause = stop_signal.error or error
-        raise HostRunError(failure_message(cause, env.name, progress.env_steps)) from None
-    finally:
-        run.close()
-        loop.close()
+    with loop.logging():
+        try:
+            run.start_actors()  # an env that fails to start is the run's one-paragraph error too
+            with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
+                latest_eval = loop.latest_eval
+                done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: results only
+                learner = None if done else start_learner(run, reports, stop_signal)
+                final_params = run.programs.snapshot(run.learner) if done else None
+                while not done:
+                    # a signal: the learner ends after its round with a checkpoint, and the run with its results
+                    report = wait_for_report(reports, stop_signal, learner,
+                                             lambda: stop.requested and not run.stop_requested)
+                    if report is None:
+                        run.stop_requested = True
+                        continue
+                    progress.train_seconds = trained_before + time.time() - start
+                    rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
+                        time.time() - start, 1e-9)
+                    progress.env_steps = report.env_steps
+                    record = loop.record(report.env_steps, report.metrics, rate)
+                    record.update(run.runtime_metrics(time.time() - start))
+                    every = train.eval_every
+                    if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
+                        returns = evaluate(report.params, train.eval_episodes, progress.evaluations)
+                        loop.evaluated(record, returns.mean(axis=-1),
+                                       lambda params=report.params: jax.device_get(params))
+                        latest_eval = record["eval/return"]
+                    loop.log(record)
+                    bar.update(report.env_steps, rate, latest_eval)
+                    final_params = report.params
+                    if report.checkpoint is not None:
+                        state, counters = report.checkpoint
+                        with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
+                            loop.checkpoint(report.env_steps, state, counters)
+                    if report.last or history.all_solved:
+                        if run.stop_requested and run.rounds_inserted < run.num_rounds:
+                            interrupted_by = stop.signal.name
+                        done = True
+            stop_signal.raise_if_failed()
+            if final_params is None:
+                final_params = run.store.latest()[0]
+            final_params = loop.final_policies(jax.device_get(final_params))
+            final_returns = evaluate(final_params, train.final_eval_episodes, -1)
+            # a seed whose best policy is its final one has its returns already: the same greedy policy on the
+            # same seeded episodes (host episodes are the costly part of a run's end)
+            best_returns = final_returns.copy()
+            played = np.flatnonzero(~same_policy_seeds(final_params, best.policies, run.num_seeds))
+            if len(played):
+                best_returns[played] = evaluate(best.policies, train.final_eval_episodes, -1, played)
+            summary = loop.summarize(final_returns, best_returns, 0.0, 1, interrupted_by)
+            summary["runtime"] = {"mode": train.runtime.mode, "samples_per_insert_target": run.spi,
+                                  **run.runtime_metrics(max(time.time() - start, 1e-9))}
+        except (HostEnvError, RuntimeStopped, TimeoutError) as error:
+            cause = stop_signal.error or error
+            raise HostRunError(failure_message(cause, env.name, progress.env_steps)) from None
+        finally:  # no thread, env or worker outlives the run, whatever stopped it
+            stop_signal.stop("the run ended")
+            if learner is not None:
+                learner.join(train.runtime.timeout_s)
+            run.close()
+            loop.close()
 
     loop.write_results(summary, final_params, best.policies)
     loop.closing_lines(summary)
