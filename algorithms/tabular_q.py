@@ -62,10 +62,10 @@ def q_learning_targets(reward: jax.Array, terminated: jax.Array, next_values: ja
     return reward + discount * jnp.where(terminated, 0.0, next_values.max(axis=-1))
 
 
-def greedy_paths(env: Any, env_params: Any, act: Callable, q_values: jax.Array) -> list[list[tuple[int, int]]]:
+def greedy_paths(env: Any, env_params: Any, algorithm: Any, q_values: jax.Array) -> list[list[tuple[int, int]]]:
     """The cells each agent's own greedy policy visits in one episode ([agents, H, W, A] tables), played
     as framework.tools.evaluate plays it (the same act, ties broken at random)."""
-    record = jax.vmap(make_record_episode(env, env_params, act))
+    record = jax.vmap(make_record_episode(env, env_params, algorithm))
     members = q_values[:, None]  # one agent's table alone acts as the whole population does
     states, _, steps = jax.jit(record)(members, jax.random.split(jax.random.key(0), q_values.shape[0]))
     cells, steps = np.asarray(states.cell), np.asarray(steps)
@@ -117,21 +117,24 @@ def make_tabular_q(config: TabularQConfig, env: Any, env_params: Any) -> Algorit
     def policy(state: TabularQState) -> jax.Array:
         return state.q_values
 
-    def act(q_values: jax.Array, obs: jax.Array, key: jax.Array) -> jax.Array:
-        # evaluation episode e follows agent e mod num_agents, so every agent is scored
-        agents = jnp.arange(obs.shape[0]) % q_values.shape[0]
-        values = q_values[agents, obs[:, 0], obs[:, 1]]
-        return greedy_with_random_ties(values, jax.random.uniform(key, (obs.shape[0],)))
+    def act_init(episode: jax.Array) -> jax.Array:
+        return episode  # episode e follows agent e mod the population's size, so every agent is scored
+
+    def act(q_values: jax.Array, episode: jax.Array, obs: jax.Array, start: jax.Array, key: jax.Array
+            ) -> tuple[jax.Array, jax.Array]:
+        values = q_values[episode % q_values.shape[0], obs[0], obs[1]]
+        return greedy_with_random_ties(values, jax.random.uniform(key)), episode
 
     def save_artifacts(states: TabularQState, run_dir: Path) -> None:
         q_table = np.asarray(states.q_values)  # [seeds, agents, H, W, A]
         np.save(run_dir / "q_table.npy", q_table)
-        paths = greedy_paths(env, env_params, act, jnp.asarray(q_table[0]))
+        paths = greedy_paths(env, env_params, algorithm, jnp.asarray(q_table[0]))
         plot_grid_values(q_table[0, 0].max(axis=-1), run_dir / "q_values.png", np.asarray(env.walls), paths[0],
                          np.asarray(env_params.start), np.asarray(env_params.goal),
                          "seed 0, agent 0: max Q and greedy path (other agents thin)",
                          other_paths=paths[1:])
 
-    return Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update,
-                     save_artifacts=save_artifacts, population_policy=True,
-                     headline_metrics=(("train/episode_return", "train return"),))
+    algorithm = Algorithm(init, update, policy, act, env_steps_per_update=num_agents * config.steps_per_update,
+                          act_init=act_init, save_artifacts=save_artifacts, population_policy=True,
+                          headline_metrics=(("train/episode_return", "train return"),))
+    return algorithm

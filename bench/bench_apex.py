@@ -55,7 +55,7 @@ def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_leng
     algorithm = make_apex(config, env, env_params)
     env_steps_per_iteration = num_devices * algorithm.env_steps_per_update
     iterations = max(4, 40_000 // env_steps_per_iteration)  # one call: about 40k env steps
-    programs = learner_parallel_programs(algorithm, make_evaluate(env, env_params, algorithm.act, 1),
+    programs = learner_parallel_programs(algorithm, make_evaluate(env, env_params, algorithm, 1),
                                          make_mesh(1, True, num_devices), iterations)
     state = programs.init(jax.random.split(jax.random.key(0), 1))
     run_chunk = programs.run_chunk.lower(state).compile()

@@ -37,7 +37,7 @@ def run_setup(name: str, num_seeds: int):
     train = validated(check_composes([f"algo={name}", "env=cartpole", f"num_seeds={num_seeds}"]))
     env, env_params, algorithm = build(train)
     updates_per_chunk, _ = chunk_updates(train, algorithm.env_steps_per_update)
-    evaluations = [make_evaluate(env, env_params, algorithm.act, episodes)
+    evaluations = [make_evaluate(env, env_params, algorithm, episodes)
                    for episodes in (train.eval_episodes, train.final_eval_episodes)]
     return algorithm, *evaluations, updates_per_chunk
 

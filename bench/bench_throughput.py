@@ -116,7 +116,7 @@ def tabular_q_workload(num_agents: int, num_updates: int) -> Workload:
     env, env_params = envs.make("gridworld")
     algo = make_tabular_q(TabularQConfig(num_agents=num_agents), env, env_params)
     num_seeds = 1
-    evaluate = make_evaluate(env, env_params, algo.act, num_episodes=1)
+    evaluate = make_evaluate(env, env_params, algo, num_episodes=1)
     programs = seed_parallel_programs(algo, evaluate, make_mesh(num_seeds, False, None), num_updates)
     state = programs.init(jax.random.split(jax.random.key(0), num_seeds))
     run = programs.run_chunk.lower(state).compile()

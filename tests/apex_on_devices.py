@@ -34,7 +34,7 @@ def after_updates(num_devices: int, num_updates: int = 10, num_seeds: int = 2) -
     """Largest difference between a device's parameters and device 0's, after `num_updates` iterations."""
     env, env_params = make("cartpole")
     algorithm = make_apex(SMALL, env, env_params)
-    evaluate = make_evaluate(env, env_params, algorithm.act, num_episodes=2)
+    evaluate = make_evaluate(env, env_params, algorithm, num_episodes=2)
     programs = learner_parallel_programs(algorithm, evaluate, make_mesh(num_seeds, True, num_devices), num_updates)
     state, _ = programs.run_chunk(programs.init(jax.random.split(jax.random.key(3), num_seeds)))
     state = jax.device_get(state)

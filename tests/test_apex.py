@@ -27,7 +27,7 @@ def small_apex():
     env, params = make("cartpole")
     config = ApexConfig(**SMALL)
     algorithm = make_apex(config, env, params)
-    evaluate = make_evaluate(env, params, algorithm.act, num_episodes=2)
+    evaluate = make_evaluate(env, params, algorithm, num_episodes=2)
     programs = learner_parallel_programs(algorithm, evaluate, make_mesh(1, True, 1), num_updates=6)
     state = programs.init(jax.random.key(0)[None])
     # the options the trainer compiles run_chunk with on CPU

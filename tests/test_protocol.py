@@ -153,7 +153,7 @@ def short_run(tmp_path_factory):
 
 def returns_of(policy, env, env_params, algorithm, episodes, evaluation, seed_index):
     """One seed's returns with the keys the run used for evaluation number `evaluation`."""
-    evaluate = jax.jit(make_evaluate(env, env_params, algorithm.act, episodes))
+    evaluate = jax.jit(make_evaluate(env, env_params, algorithm, episodes))
     keys = run_keys(np.uint32(3), np.int32(evaluation), 2)[1]
     return np.asarray(evaluate(policy, keys[seed_index]))
 

@@ -234,8 +234,8 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
     # learners add their devices' actors to the population: every update steps all of their envs
     env_steps_per_update = algorithm.env_steps_per_update * (mesh.size if learners else 1)
     updates_per_chunk, num_chunks = chunk_updates(train_cfg, env_steps_per_update)
-    evaluate_one_seed = make_evaluate(env, env_params, algorithm.act, train_cfg.eval_episodes)
-    final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm.act, train_cfg.final_eval_episodes)
+    evaluate_one_seed = make_evaluate(env, env_params, algorithm, train_cfg.eval_episodes)
+    final_evaluate_one_seed = (make_evaluate(env, env_params, algorithm, train_cfg.final_eval_episodes)
                                if train_cfg.final_eval_episodes != train_cfg.eval_episodes else None)
     compile_start = time.time()
     fits = lambda abstract_state: check_fits(abstract_state, run_dir, checkpoints_kept, jax.default_backend() == "cpu",
@@ -247,7 +247,7 @@ def compile_run(train_cfg: TrainConfig, env: Any, env_params: Any, algorithm: Al
         one_seed = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[len(seed_dims):], leaf.dtype),
                                 abstract_state)
         check_outputs(train_cfg.algo.name, algorithm, abstract_metrics, seed_dims,
-                      jax.eval_shape(algorithm.policy, one_seed), observation, train_cfg.eval_episodes)
+                      jax.eval_shape(algorithm.policy, one_seed), observation, env.action_space(env_params))
 
     programs = compile_programs(algorithm, evaluate_one_seed, mesh, updates_per_chunk, num_seeds, fits,
                                 final_evaluate_one_seed, outputs)
@@ -283,7 +283,8 @@ def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_
         gc.enable()
 
     best = BestPolicies(to_host(run.policies(state)), seed_axis=1 if run.learners else 0)
-    loop = RunLoop(train_cfg, cfg, run_dir, env, algorithm, seconds, sweep_group, checkpointer, best, writer)
+    loop = RunLoop(train_cfg, cfg, run_dir, env, algorithm, seconds, sweep_group, checkpointer, best, writer,
+                   env_params)
     state, _ = loop.resume(state)
     progress, history = loop.progress, loop.history
     stop, last, interrupted_by, latest_eval = StopRequest(), False, None, loop.latest_eval

@@ -4,6 +4,7 @@
 trainer has traced them, both before anything compiles: a broken contract is a one-paragraph PluginError
 naming the algorithm and the field, not a KeyError in the first chunk.
 """
+import inspect
 import numbers
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
@@ -27,49 +28,77 @@ class Memory(NamedTuple):
     item: str = "transition"  # what one item is, e.g. "transition" or "sequence"
 
 
-class ActorLearner(NamedTuple):
-    """An algorithm in two parts, for actors that step host envs (framework/sebulba/trainer.py). Every function is
-    one seed's (the driver vmaps them); the single-program `update` runs the same parts with a JAX env between.
+class ActorStep(NamedTuple):
+    """One vector step of the envs an actor steps, as `observe` takes it: every field [num_envs, ...]."""
 
-    A step, as `observe` takes it: {"obs", "action", "reward", "terminated", "truncated", "final_obs", "acted",
-    "start", "fresh"}, each [num_envs, ...]; `final_obs` is the true next observation, `acted` False on an
-    engine's reset step, `start` where `obs` begins an episode, `fresh` where it begins the actor's stream (its
-    envs were just built: nothing stored before continues into it).
+    obs: jax.Array  # the observations acted on
+    action: jax.Array  # the actions taken
+    reward: jax.Array
+    terminated: jax.Array  # the episode ended: no bootstrap
+    truncated: jax.Array  # the episode was cut (a time limit): bootstrap from final_obs
+    final_obs: jax.Array  # the true next observation, before any reset
+    acted: jax.Array  # False where a host engine spent the step on a reset (gymnasium's NEXT_STEP autoreset)
+    start: jax.Array  # where obs begins an episode
+    fresh: jax.Array  # where obs begins the actor's stream (its envs were just built: nothing before continues)
+    actor_state: Any  # the actor state `act` was given at this step (before its reset where `start`)
+
+
+class ActorLearner(NamedTuple):
+    """An algorithm in an actor part and a learner part. The actor threads of framework/sebulba step host envs
+    between them; for a JAX env the framework builds the single program's `init` and `update` from the same
+    parts (framework/core/compose.py), so an algorithm written as parts runs in both shapes.
+
+    `actor_init` and `act` are one env's (the framework vmaps them over envs and seeds): exploration is the
+    algorithm's business (an epsilon ladder, Gaussian noise, none) and a recurrent state lives in the actor
+    state, which `act` zeroes or keeps as `start` says. Every other function is one seed's (vmapped over seeds).
     """
 
     num_envs: int  # the envs of one seed
     block_steps: int  # vector steps of every env in one block of experience (the single program's rollout)
+    block_items: int  # replay items one block of a seed inserts (transitions, or sequences): the limiter's unit
     learning_starts: int  # items of a seed in replay before its first learner round
     # actor
-    actor_init: Callable[[jax.Array], Any]  # obs [num_envs, ...] -> actor state (its n-step windows)
-    epsilons: Callable[[jax.Array], jax.Array]  # the seed's env steps -> its exploration rate, or one per env
-    act: Callable[..., jax.Array]  # (params, obs [N, ...], epsilons, uniforms [N]) -> actions [N]
-    observe: Callable[..., tuple[Any, dict, Any]]  # (params, actor state, step) -> (actor state, items, priorities)
+    actor_init: Callable[[jax.Array, jax.Array], Any]  # (env index in its seed [], seed's env steps []) -> state
+    act: Callable[..., tuple[jax.Array, Any]]  # (params, actor state, obs, start, key) -> (action, actor state)
+    record_init: Callable[[jax.Array], Any]  # obs [num_envs, ...] -> recorder state (e.g. n-step windows)
+    observe: Callable[..., tuple[Any, Any, Any]]  # (params, recorder state, ActorStep) -> (state, items, priorities)
     # learner
     learner_init: Callable[[jax.Array, jax.Array], Any]  # (key, obs [num_envs, ...]) -> learner state
     insert: Callable[..., Any]  # (learner state, items [T, N, ...], priorities [T, N] or None) -> learner state
-    learn: Callable[..., tuple[Any, Metrics]]  # (learner state, key, env steps) -> (learner state, metrics): a round
+    # (learner state, key, env steps) -> (learner state, metrics): a round. Return the replay's unchanged leaves
+    # as they came in: the single program selects the state before and after a round until learning starts,
+    # and XLA drops a select between equal leaves, not a copy of the whole buffer
+    learn: Callable[..., tuple[Any, Metrics]]
     updates_per_learn: int  # learner updates (batches) of one `learn` round
     samples_per_learn: int  # items one `learn` round samples (batches x batch size): the rate limiter's unit
     actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
     learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)
     sync_period: int  # learner updates between two refreshes of the actors' parameters
+    # (actor states [num_envs], last step's returns of finished episodes [num_envs]) -> metrics of a block
+    actor_metrics: Optional[Callable[[Any, jax.Array], Metrics]] = None
+    # learner state -> metrics over big arrays (the replay), computed once per chunk, not after every update
+    learner_metrics: Optional[Callable[[Any], Metrics]] = None
 
 
 class Algorithm(NamedTuple):
     # key -> the training state of one seed; the trainer vmaps it over seeds.
-    init: Callable[[jax.Array], Any]
-    # One training iteration (act, step the envs, learn); jittable, no host work.
-    update: Callable[[Any], tuple[Any, Metrics]]
+    init: Optional[Callable[[jax.Array], Any]]
+    # One training iteration (act, step the envs, learn); jittable, no host work. None (with `init` and
+    # `policy`): built by the framework from `actor_learner` and the JAX env (framework/core/compose.py).
+    update: Optional[Callable[[Any], tuple[Any, Metrics]]]
     # The part of a seed's state its greedy policy reads (network parameters, a Q-table): what
     # evaluation plays, what the best policy keeps and what a saved policy holds.
-    policy: Callable[[Any], Any]
-    # Greedy actions for a batch of evaluation episodes: (policy, obs[E, ...], key) -> actions[E].
-    act: Callable[[Any, jax.Array, jax.Array], jax.Array]
+    policy: Optional[Callable[[Any], Any]]
+    # One evaluation episode's greedy action: (policy, policy state, obs, start, key) -> (action, policy state);
+    # the framework vmaps it over episodes. Discrete actions are integers, Box actions floats of the space's shape.
+    act: Callable[..., tuple[jax.Array, Any]]
     # Env transitions one `update` makes in one seed (all of its envs together).
     env_steps_per_update: int
-    # True: the policy holds a population along the leading axis of every leaf (tabular Q's agents);
-    # `act` spreads a batch over its members (row e: member e mod size), so one member alone acts too.
+    # Episode e's policy state as an evaluation (or a saved policy's caller) starts it: (e []) -> state, e.g. a
+    # zero recurrent state; `act` zeroes or keeps it where `start` says. The default holds nothing.
+    act_init: Callable[[jax.Array], Any] = lambda index: ()
+    # True: the policy holds a population along the leading axis of every leaf (tabular Q's agents); episode e
+    # follows member e mod size (its act_init says which), so one member alone acts too.
     population_policy: bool = False
     # Optional host-side outputs from the final states of all seeds, e.g. tables and plots.
     save_artifacts: Optional[Callable[[Any, Path], None]] = None
@@ -94,6 +123,17 @@ class Algorithm(NamedTuple):
     memory: Optional[Memory] = None
 
 
+def takes(fn: Callable, count: int) -> bool:
+    """Whether `fn` accepts `count` positional arguments (a signature Python cannot read counts as yes)."""
+    try:
+        inspect.signature(fn).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
 def _names(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and all(isinstance(name, str) for name in value)
 
@@ -106,9 +146,32 @@ def check_fields(name: str, algorithm: Any) -> None:
 
     require(isinstance(algorithm, Algorithm), f"its factory returned a {type(algorithm).__name__}",
             "a framework.core.algorithm.Algorithm")
-    for field in ("init", "update", "policy", "act"):
+    built = [field for field in ("init", "update", "policy") if getattr(algorithm, field) is None]
+    require(not built or (len(built) == 3 and isinstance(algorithm.actor_learner, ActorLearner)),
+            f"{', '.join(built)}=None", "functions, or all three None with actor_learner given (the framework then "
+            "builds the single program from the parts)")
+    for field in ("init", "update", "policy", "act", "act_init"):
         value = getattr(algorithm, field)
-        require(callable(value), f"{field}={value!r}", "a function (see the field's comment)")
+        require(value is None and field in built or callable(value), f"{field}={value!r}",
+                "a function (see the field's comment)")
+    require(takes(algorithm.act, 5), "act takes fewer than 5 arguments (the contract before this release was "
+            "act(policy, obs [E, ...], key) -> actions [E])",
+            "act(policy, policy_state, obs, start, key) -> (action, policy_state), one episode's")
+    parts = algorithm.actor_learner
+    require(parts is None or isinstance(parts, ActorLearner), f"actor_learner={parts!r}",
+            "None or a framework.core.algorithm.ActorLearner")
+    if parts is not None:
+        for field in ("actor_init", "act", "record_init", "observe", "learner_init", "insert", "learn",
+                      "actor_params", "learner_steps"):
+            require(callable(getattr(parts, field)), f"actor_learner.{field}={getattr(parts, field)!r}", "a function")
+        require(takes(parts.act, 5), "actor_learner.act takes fewer than 5 arguments (the contract before this "
+                "release was act(params, obs [N, ...], epsilons, uniforms) -> actions [N])",
+                "act(params, actor_state, obs, start, key) -> (action, actor_state), one env's")
+        for field in ("num_envs", "block_steps", "block_items", "updates_per_learn", "samples_per_learn",
+                      "sync_period"):
+            value = getattr(parts, field)
+            require(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1,
+                    f"actor_learner.{field}={value!r}", "a positive integer (see the field's comment)")
     for field in ("save_artifacts", "state_metrics"):
         value = getattr(algorithm, field)
         require(value is None or callable(value), f"{field}={value!r}", "None or a function")
@@ -139,10 +202,9 @@ def check_fields(name: str, algorithm: Any) -> None:
 
 
 def check_outputs(name: str, algorithm: Algorithm, metrics: Any, seed_dims: tuple[int, ...], policy: Any,
-                  observation: jax.ShapeDtypeStruct, num_episodes: int) -> None:
+                  observation: jax.ShapeDtypeStruct, action_space: Any) -> None:
     """What the traced functions return (shapes only, before compiling): `metrics`, a chunk's metrics over
-    every seed (leading dims `seed_dims`), and `act` on a batch of `num_episodes` observations for one
-    seed's abstract `policy`."""
+    every seed (leading dims `seed_dims`), and `act` on one `observation` for one seed's abstract `policy`."""
     def require(condition: bool, problem: str, allowed: str) -> None:
         if not condition:
             raise PluginError("algorithm", name, problem, allowed)
@@ -159,9 +221,25 @@ def check_outputs(name: str, algorithm: Algorithm, metrics: Any, seed_dims: tupl
         missing = [metric for metric in wanted if metric not in metrics]
         require(not missing, f"{field} names {', '.join(map(repr, missing))}, which update and state_metrics "
                 "do not return", f"names of the metrics they return: {', '.join(sorted(metrics))}")
-    batch = jax.ShapeDtypeStruct((num_episodes, *observation.shape), observation.dtype)
-    actions = jax.eval_shape(lambda policy, obs: algorithm.act(policy, obs, jax.random.key(0)), policy, batch)
-    require(isinstance(actions, jax.ShapeDtypeStruct) and actions.shape == (num_episodes,)
-            and jnp.issubdtype(actions.dtype, jnp.integer),
-            f"act(policy, obs [{num_episodes}, ...], key) returned {actions!r}",
-            f"[{num_episodes}] integer actions, one per observation of the batch")
+    check_actions(name, "act", policy_actions(algorithm, policy, observation), action_space)
+
+
+def policy_actions(algorithm: Algorithm, policy: Any, observation: jax.ShapeDtypeStruct) -> Any:
+    """What evaluation's `act` returns for one episode's observation (traced only)."""
+    def one(policy, obs):
+        state = algorithm.act_init(jnp.int32(0))
+        return algorithm.act(policy, state, obs, jnp.bool_(True), jax.random.key(0))
+    return jax.eval_shape(one, policy, observation)
+
+
+def check_actions(name: str, field: str, returned: Any, action_space: Any) -> None:
+    """An `act`'s (action, state) for one episode or env against the env's action space (PluginError)."""
+    action = returned[0] if isinstance(returned, tuple) and len(returned) == 2 else None
+    wanted = (f"(action, state): an integer action [] for {action_space.describe()}" if action_space.kind == "discrete"
+              else f"(action, state): a float action {list(action_space.shape)} for {action_space.describe()}")
+    ok = isinstance(action, jax.ShapeDtypeStruct) and (
+        (action_space.kind == "discrete" and action.shape == () and jnp.issubdtype(action.dtype, jnp.integer))
+        or (action_space.kind == "box" and action.shape == tuple(action_space.shape)
+            and jnp.issubdtype(action.dtype, jnp.floating)))
+    if not ok:
+        raise PluginError("algorithm", name, f"{field}(...) for one observation returned {returned!r}", wanted)

@@ -17,7 +17,6 @@ from jax.experimental import multihost_utils
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
-from framework.core.config import DistributedConfig
 from framework.core.errors import ConfigError, check, check_writable_dir
 
 DEVICE_AXIS = "device"
@@ -78,7 +77,7 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
-def initialize_distributed(config: DistributedConfig) -> None:
+def initialize_distributed(config: Any) -> None:  # framework.core.config.DistributedConfig
     """Join the cluster before any JAX computation; CPU collectives between processes use gloo."""
     if config.num_processes == 1 or jax.distributed.is_initialized():
         return

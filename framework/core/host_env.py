@@ -151,12 +151,13 @@ class EpisodeExploration:
         return random_action if explore < self.epsilon else greedy_action
 
 
-def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarray], Any],
+def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarray, np.ndarray], Any],
                   episode_seeds: Sequence[int], num_envs: int, epsilon: float = 0.0) -> np.ndarray:
     """The undiscounted return of each greedy (epsilon-greedy) episode [len(episode_seeds)] (float64).
 
-    `num_envs` episodes run at once; `act` always gets a full batch [num_envs, ...] (idle slots hold zeros,
-    so a jitted act compiles once). Episode e plays in an env of its own, reset with seed `episode_seeds[e]`:
+    `num_envs` episodes run at once; `act(obs, start)` always gets a full batch [num_envs, ...] (idle slots hold
+    zeros, so a jitted act compiles once) and `start` [num_envs], True where a slot's episode begins (its policy
+    state, a recurrent one, starts there). Episode e plays in an env of its own, reset with seed `episode_seeds[e]`:
     its result depends on nothing else (an env may keep state across resets, as MinAtar's sticky last action
     does; its exploration draws are its own), so replaying it with the same seed reproduces it, as long as the
     env honours seeds.
@@ -165,6 +166,7 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
     slots: list[Optional[tuple[int, gymnasium.Env]]] = [None] * num_envs
     explorations: list[Optional[EpisodeExploration]] = [None] * num_envs
     returns = np.zeros(num_episodes, np.float64)
+    starting = np.zeros(num_envs, bool)
     next_episode = 0
     batch = encode = to_env = None
     try:
@@ -181,6 +183,7 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
                             lambda obs, space=space: encode_observations(space, np.asarray(obs)[None])[0])
                     batch[slot] = encode(obs)
                     slots[slot] = (next_episode, env)
+                    starting[slot] = True
                     if epsilon > 0:
                         explorations[slot] = EpisodeExploration(int(episode_seeds[next_episode]), epsilon,
                                                                 int(env.action_space.n))
@@ -188,7 +191,8 @@ def host_evaluate(make_env: Callable[[], gymnasium.Env], act: Callable[[np.ndarr
             running = [slot for slot in range(num_envs) if slots[slot] is not None]
             if not running:
                 return returns
-            actions = np.asarray(act(batch.copy())).tolist()  # act may keep its input
+            actions = list(np.asarray(act(batch.copy(), starting.copy())))  # act may keep its input
+            starting[:] = False
             for slot in running:
                 episode, env = slots[slot]
                 action = actions[slot] if epsilon == 0 else explorations[slot](actions[slot])

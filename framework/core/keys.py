@@ -1,5 +1,5 @@
 """The keys a run draws from: every seed's init and evaluation keys from the run's one seed, and a rollout's
-randomness cut from one draw (both shapes use them, so a host run replays the single program's streams)."""
+keys cut from one draw (both shapes use them, so a host run replays the single program's streams)."""
 import jax
 import jax.numpy as jnp
 
@@ -14,11 +14,12 @@ def run_keys(seed: jax.Array, evaluation: jax.Array, num_seeds: int) -> tuple[ja
 
 
 def rollout_draws(key: jax.Array, num_steps: int, num_envs: int) -> tuple[jax.Array, jax.Array]:
-    """A whole rollout's randomness at once: a uniform per decision and a key per env step, each
-    [num_steps, num_envs], cut from one draw of random words. Every draw site is a threefry loop
-    for XLA to compile and run: one per rollout instead of three per step (split, uniform, split)."""
+    """A whole rollout's keys at once: an act key and an env key per env step, each [num_steps, num_envs], cut
+    from one draw of random words. Every draw site is a threefry loop for XLA to compile and run: one per
+    rollout instead of a split per step. A host actor takes its envs' columns of the act keys, so an env's
+    stream is the same whichever thread steps it."""
     key_words = jax.random.key_data(key).shape[-1]
-    words = jax.random.bits(key, (num_steps, num_envs, 1 + key_words), jnp.uint32)
-    # 23 random mantissa bits under the exponent of 1.0: a float in [1, 2), minus 1 (as jax.random.uniform)
-    uniforms = jax.lax.bitcast_convert_type((words[..., 0] >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
-    return uniforms, jax.random.wrap_key_data(words[..., 1:], impl=jax.random.key_impl(key))
+    words = jax.random.bits(key, (num_steps, num_envs, 2 * key_words), jnp.uint32)
+    impl = jax.random.key_impl(key)
+    return (jax.random.wrap_key_data(words[..., :key_words], impl=impl),
+            jax.random.wrap_key_data(words[..., key_words:], impl=impl))

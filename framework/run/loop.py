@@ -41,8 +41,9 @@ from framework.run.policy import save_policies
 from framework.run.progress import print_line
 from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
 
-# the layout of what a checkpoint keeps beside the device state; 2: Progress, since framework/ was laid out by shape
-PROGRESS_LAYOUT = 2
+# the layout of what a checkpoint keeps beside the device state; 2: Progress, since framework/ was laid out by shape;
+# 3: the state of an algorithm written as parts (framework/core/compose.py), with actor states and keys in `act`
+PROGRESS_LAYOUT = 3
 
 
 @dataclasses.dataclass
@@ -78,8 +79,9 @@ class RunLoop:
 
     def __init__(self, train: TrainConfig, cfg: Any, run_dir: Path, env: Any, algorithm: Algorithm,
                  seconds: Callable[[], float], sweep_group: Optional[str], checkpointer: Optional[Checkpointer],
-                 best: BestPolicies, writer: bool = True):
+                 best: BestPolicies, writer: bool = True, env_params: Any = None):
         self.train, self.cfg, self.run_dir, self.env, self.algorithm = train, cfg, run_dir, env, algorithm
+        self.env_params = env_params  # a JAX env's (its spaces may depend on them); None: a host env's
         self.seconds, self.sweep_group, self.checkpointer, self.writer = seconds, sweep_group, checkpointer, writer
         self.history = EvaluationHistory(train.num_seeds, train.target_return, train.solve_window)
         self.best, self.progress = best, Progress()
@@ -182,7 +184,7 @@ class RunLoop:
             return
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         for which, policies in (("final", final_policies), ("best", best_policies)):
-            save_policies(self.run_dir, which, policies, self.train, self.env)
+            save_policies(self.run_dir, which, policies, self.train, self.env, self.env_params, self.algorithm)
         if self.history.env_steps:  # a run stopped before its first evaluation has no curve
             plot_learning_curve(self.history.env_steps, np.array(self.history.returns),
                                 self.run_dir / "learning_curve.png", self.train.target_return,

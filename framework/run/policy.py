@@ -25,6 +25,9 @@ from framework.core import registry
 from framework.core.algorithm import Algorithm
 from framework.core.devices import DEVICE_AXIS
 from framework.core.errors import ConfigError, check
+from framework.core.evaluation import HostEpisodesAct
+from framework.core.host_env import env_actions
+from framework.core.spaces import Discrete
 
 POLICY_DIR = "policies"
 KINDS = ("final", "best")
@@ -42,11 +45,21 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-def save_policies(run_dir: Path, which: str, policies: Any, train_cfg: Any, env: Any) -> None:
+def acting_facts(algorithm: Algorithm, env: Any, env_params: Any) -> dict:
+    """What a saved policy needs to act, for a reader of its file: the spaces, and the shapes of the policy
+    state an episode carries (a recurrent state; empty for a feed-forward policy)."""
+    state = jax.eval_shape(algorithm.act_init, jax.ShapeDtypeStruct((), np.int32))
+    return {"observation_space": env.observation_space(env_params).describe(),
+            "action_space": env.action_space(env_params).describe(),
+            "policy_state": [[list(leaf.shape), str(leaf.dtype)] for leaf in jax.tree.leaves(state)]}
+
+
+def save_policies(run_dir: Path, which: str, policies: Any, train_cfg: Any, env: Any, env_params: Any,
+                  algorithm: Algorithm) -> None:
     """One file per seed from host policies laid out [seed, ...]."""
     meta = {"algo": dataclasses.asdict(train_cfg.algo), "env": dataclasses.asdict(train_cfg.env), "kind": which,
             "observation_shape": list(env.observation_shape), "num_actions": env.num_actions,
-            "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds}
+            "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds, **acting_facts(algorithm, env, env_params)}
     for seed in range(train_cfg.num_seeds):
         policy = jax.tree.map(lambda leaf, seed=seed: np.asarray(leaf[seed]), policies)
         payload = {"policy": serialization.to_state_dict(policy), "meta": {**meta, "seed_index": seed}}
@@ -148,33 +161,44 @@ def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
 
 
 class LoadedPolicy:
-    """A saved greedy policy as a function: one observation -> an int action, a batch [B, ...] -> [B].
+    """A saved greedy policy as a function: one observation -> an action, a batch [B, ...] -> [B] actions.
 
-    Observations are numpy arrays as the env hands them out (gymnasium's CartPole-v1 gives the same
-    four floats as this project's CartPole). The act function is jitted once per batch shape.
+    Observations are numpy arrays as the env hands them out (gymnasium's CartPole-v1 gives the same four floats
+    as this project's CartPole). A Discrete action is an int (the space's own numbering), a Box action a float
+    array of the space's shape within its bounds: what the env's `step` takes. The policy keeps its state (a
+    recurrent one) between calls: its first call, and the first after `reset()`, begin an episode; or pass
+    `start` (a bool, or [B] bools) where one begins. Jitted once per batch shape.
     """
 
     def __init__(self, algorithm: Algorithm, policy: Any, meta: dict, env: Any, env_params: Any):
-        self.meta, self.env, self.env_params = meta, env, env_params
+        self.meta, self.env, self.env_params, self.algorithm = meta, env, env_params, algorithm
         self.policy = jax.device_put(policy)
         self.observation_shape = tuple(env.observation_shape)
         self.observation_dtype = (env.observation_dtype if getattr(env, "host", False)
                                   else jax.eval_shape(env.reset_env, jax.random.key(0), env_params)[0].dtype)
-        # a key per call from a counter: one dispatch per call (ties are broken at random, e.g. tabular Q)
-        self._act = jax.jit(lambda policy, obs, count: algorithm.act(policy, obs, jax.random.fold_in(
-            jax.random.key(0), count)))
-        self._calls = 0
+        self.action_space = env.action_space(env_params)
+        self._acts: dict[int, HostEpisodesAct] = {}  # one per batch size, each with its episodes' states
+        self._starting = True
 
-    def __call__(self, observation: Any) -> Any:
+    def reset(self) -> None:
+        """The next call begins an episode (its policy state starts anew)."""
+        self._starting = True
+
+    def __call__(self, observation: Any, start: Any = None) -> Any:
         batch = np.asarray(observation, dtype=self.observation_dtype)
         single = batch.shape == self.observation_shape
         batch = batch[None] if single else batch
         check(batch.shape[1:] == self.observation_shape, "observation", f"an array of shape {np.shape(observation)}",
               f"one observation of shape {self.observation_shape} "
               f"or a batch [B, {', '.join(map(str, self.observation_shape))}]")
-        self._calls += 1
-        actions = np.asarray(self._act(self.policy, batch, np.uint32(self._calls)))
-        return int(actions[0]) if single else actions
+        size = len(batch)
+        start = np.broadcast_to(np.asarray(self._starting if start is None else start, bool), (size,))
+        self._starting = False
+        act = self._acts.setdefault(size, HostEpisodesAct(self.algorithm, (), size))
+        actions = act(self.policy, batch, start, np.zeros(size, np.uint32))
+        actions = env_actions(self.action_space, actions)
+        return actions[0].item() if single and isinstance(self.action_space, Discrete) else (
+            actions[0] if single else actions)
 
 
 def load_policy(run_dir: Path | str, seed_index: int = 0, which: str = "final",

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.algorithm import ActorLearner, Algorithm
+from framework.core.algorithm import ActorLearner, ActorStep, Algorithm
 from framework.core.devices import DEVICE_AXIS
 from framework.core.host_env import HostEnvError, derived_seed
 from framework.core.keys import rollout_draws, run_keys
@@ -32,17 +32,19 @@ class HostPrograms(NamedTuple):
     """The jitted functions of a host run, each over all seeds (vmapped)."""
 
     learner_init: Callable  # (keys [S], obs [S, N, ...]) -> learner state
-    actor_init: Callable  # obs [S, n, ...] -> windows
+    actor_init: Callable  # (columns [n], env steps [S]) -> actor states [S, n, ...]
+    record_init: Callable  # obs [S, n, ...] -> recorder states (n-step windows)
     next_round: Callable  # round keys [S] -> (the next round's, its actors' rollout keys, its learner's keys)
-    round_uniforms: Callable  # (rollout keys [S], columns [n]) -> a round's action uniforms [S, T, n]
-    first_actions: Callable  # (params, obs [S, n, ...], columns [n], env steps, uniforms [S, T, n], t) -> [S, n]
-    record_and_act: Callable  # (params, windows, step, columns, env steps, uniforms, t) -> (windows, items, prios,
-    #                            actions): record a vector step, act on its next observations with uniforms[:, t]
+    round_keys: Callable  # (rollout keys [S], columns [n]) -> a round's act keys [S, T, n]
+    first_actions: Callable  # (params, actor states, obs [S, n, ...], start [S, n], act keys, t) -> (actions,
+    #                           actor states)
+    record_and_act: Callable  # (params, recorders, ActorStep, next obs, actor states, start, act keys, t) ->
+    #                            (recorders, items, priorities, actions, actor states): record a vector step, act on
+    #                            its next observations
     insert: Callable  # (learner, every thread's items [S, T, n, ...], their priorities) -> learner (donated)
     learn: Callable  # (learner, keys [S], round, env steps [S]) -> (learner, metrics) (donated)
     snapshot: Callable  # learner -> a copy of the actors' parameters (the learner's next call donates its own)
     stack: Callable  # per-step trees [S, n, ...] -> one block [S, T, n, ...]
-    greedy: Callable  # (params [S, ...], obs [S, E, ...]) -> actions [S, E]
 
 
 def first_round_keys(seed: int, num_seeds: int) -> tuple[jax.Array, jax.Array]:
@@ -64,16 +66,18 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
     parts = algorithm.actor_learner
     unshuffle = np.argsort(columns.reshape(-1))  # the threads' columns, joined, back to env order
     seeds = jax.vmap
-    def act(params, obs, columns, env_steps, uniforms, t):
-        """Every seed's envs in `columns` act with their epsilon at `env_steps` (a seed's, all threads') and the
-        round's uniforms of step t (clipped: a block's last step acts for nothing, the next block acts anew)."""
-        epsilons = jnp.broadcast_to(parts.epsilons(env_steps), (parts.num_envs,))[columns]
-        step_uniforms = jax.lax.dynamic_index_in_dim(uniforms, jnp.minimum(t, parts.block_steps - 1), 1, False)
-        return seeds(parts.act, in_axes=(0, 0, None, 0))(params, obs, epsilons, step_uniforms)
+    envs_act = jax.vmap(parts.act, in_axes=(None, 0, 0, 0, 0))  # a seed's envs act with its parameters
 
-    def record_and_act(params, windows, step, columns, env_steps, uniforms, t):
-        windows, items, priorities = seeds(parts.observe)(params, windows, step)
-        return windows, items, priorities, act(params, step["next_obs"], columns, env_steps, uniforms, t)
+    def act(params, actor_states, obs, start, keys, t):
+        """Every seed's envs act with the round's keys of step t (clipped: a block's last step acts for nothing,
+        the next block acts anew)."""
+        step_keys = jax.lax.dynamic_index_in_dim(keys, jnp.minimum(t, parts.block_steps - 1), 1, False)
+        return seeds(envs_act)(params, actor_states, obs, start, step_keys)
+
+    def record_and_act(params, recorders, step, next_obs, actor_states, start, keys, t):
+        recorders, items, priorities = seeds(parts.observe)(params, recorders, step)
+        actions, actor_states = act(params, actor_states, next_obs, start, keys, t)
+        return recorders, items, priorities, actions, actor_states
 
     def insert(learner, thread_items, thread_priorities):
         """One round: every thread's block, its columns joined back into env order, into replay (one call: the
@@ -82,20 +86,22 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         priorities = None if thread_priorities is None else join(thread_priorities)
         return seeds(with_device_axis(parts.insert))(learner, join(thread_items), priorities)
 
-    def round_uniforms(rollout_keys, columns):
-        """The single program's draws for a round (its env keys serve JAX envs only), this thread's columns."""
-        draws = jax.vmap(lambda key: rollout_draws(key, parts.block_steps, parts.num_envs)[0])(rollout_keys)
-        return draws[:, :, columns]
+    def round_keys(rollout_keys, columns):
+        """The single program's act keys for a round (its env keys serve JAX envs only), this thread's columns."""
+        keys = jax.vmap(lambda key: rollout_draws(key, parts.block_steps, parts.num_envs)[0])(rollout_keys)
+        return keys[:, :, columns]
 
+    env_actor_init = jax.vmap(parts.actor_init, in_axes=(0, None))  # the envs of `columns`, one seed
     return HostPrograms(
-        learner_init=jax.jit(seeds(parts.learner_init)), actor_init=jax.jit(seeds(parts.actor_init)),
-        next_round=jax.jit(next_round_keys), round_uniforms=jax.jit(round_uniforms),
+        learner_init=jax.jit(seeds(parts.learner_init)),
+        actor_init=jax.jit(seeds(env_actor_init, in_axes=(None, 0))),
+        record_init=jax.jit(seeds(parts.record_init)),
+        next_round=jax.jit(next_round_keys), round_keys=jax.jit(round_keys),
         first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=1),
         insert=jax.jit(insert, donate_argnums=0),
         learn=jax.jit(seeds(with_device_axis(parts.learn)), donate_argnums=0),
         snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
-        stack=jax.jit(lambda steps: jax.tree.map(lambda *step: jnp.stack(step, axis=1), *steps)),
-        greedy=greedy_program(algorithm))
+        stack=jax.jit(lambda steps: jax.tree.map(lambda *step: jnp.stack(step, axis=1), *steps)))
 
 
 def column_order(num_envs: int, threads: int) -> np.ndarray:
@@ -128,18 +134,20 @@ class Actor:
         self.env, self.env_seed, self.timeout_s = env, env_seed, timeout_s
         self.restarts = 0
         self.round_keys = round_keys  # every thread walks the same chain of round keys as the learner
+        self.actor_states = None  # what `act` is given at the current observations; set by the first block
         self.open_envs(env_seed)
         self.meter = Meter()
         self.finished = [[] for _ in range(num_seeds)]  # returns of the episodes that ended, per seed
         self.staleness: list[int] = []
 
     def open_envs(self, env_seed: int) -> None:
-        """This thread's envs, reset from `env_seed`, and empty n-step windows."""
+        """This thread's envs, reset from `env_seed`, and empty recorders (n-step windows). The actor states are
+        kept: the new envs' first observations begin episodes (`start`), where `act` resets what it needs to."""
         self.envs = self.env.vector_env(self.num_seeds * self.width, self.timeout_s)
         self.obs = self.shaped(self.envs.reset(seed=env_seed))
-        self.windows = self.programs.actor_init(self.obs)
-        # what a frame replay needs to know of the stream: which observations begin an episode (their stack
-        # starts empty) and that this one begins a stream of its own (nothing before it continues into it)
+        self.recorders = self.programs.record_init(self.obs)
+        # which observations begin an episode (a recurrent state or a frame stack starts empty there) and that
+        # this one begins a stream of its own (nothing stored before it continues into it)
         self.started, self.fresh = np.ones(self.obs.shape[:2], bool), True
 
     def restart_envs(self, error: HostEnvError) -> None:
@@ -157,11 +165,14 @@ class Actor:
               ) -> tuple[Any, Any]:
         """`block_steps` vector steps from a seed's `env_steps`: items and priorities [S, T, n, ...].
         `parameters()` gives the (params, version) to act with, asked again after every step."""
+        if self.actor_states is None:  # the first block: a resumed run's clock goes on from its env steps
+            self.actor_states = self.programs.actor_init(self.columns, np.full(self.num_seeds, env_steps, np.int32))
         params, version = parameters()
         self.round_keys, rollout_keys, _ = self.programs.next_round(self.round_keys)
-        uniforms = self.programs.round_uniforms(rollout_keys, self.columns)
-        next_actions = self.programs.first_actions(params, self.obs, self.columns, np.int32(env_steps), uniforms,
-                                                   np.int32(0))
+        keys = self.programs.round_keys(rollout_keys, self.columns)
+        # the state `act` is given at the current observations (kept with the step), and the one it returned
+        next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs, self.started,
+                                                                keys, np.int32(0))
         items, priorities = [], []
         for t in range(self.parts.block_steps):
             start = time.perf_counter()
@@ -174,20 +185,20 @@ class Actor:
                     if self.env.config.on_error != "restart" or attempt == MAX_RESTARTS_IN_A_ROW:
                         raise
                     self.restart_envs(error)  # and the step again, from the new envs' first observations
-                    actions = np.asarray(self.programs.first_actions(params, self.obs, self.columns,
-                                                                     np.int32(env_steps), uniforms, np.int32(t)))
-            transition = {"obs": self.obs, "action": actions, "reward": self.shaped(step.reward),
-                          "terminated": self.shaped(step.terminated), "truncated": self.shaped(step.truncated),
-                          "final_obs": self.shaped(step.final_obs), "acted": self.shaped(step.acted),
-                          "start": self.started, "fresh": np.full(self.started.shape, self.fresh),
-                          "next_obs": self.shaped(step.obs)}
+                    next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs,
+                                                                            self.started, keys, np.int32(t))
+                    actions = np.asarray(next_actions)
+            transition = ActorStep(obs=self.obs, action=actions, reward=self.shaped(step.reward),
+                                   terminated=self.shaped(step.terminated), truncated=self.shaped(step.truncated),
+                                   final_obs=self.shaped(step.final_obs), acted=self.shaped(step.acted),
+                                   start=self.started, fresh=np.full(self.started.shape, self.fresh),
+                                   actor_state=self.actor_states)
             self.started, self.fresh = self.shaped(step.started), False
             for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
                 self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
-            self.windows, item, priority, next_actions = self.programs.record_and_act(
-                params, self.windows, transition, self.columns, np.int32(env_steps + (t + 1) * self.parts.num_envs),
-                uniforms, np.int32(t + 1))
-            self.obs = transition["next_obs"]
+            self.obs, self.actor_states = self.shaped(step.obs), next_states
+            self.recorders, item, priority, next_actions, next_states = self.programs.record_and_act(
+                params, self.recorders, transition, self.obs, self.actor_states, self.started, keys, np.int32(t + 1))
             items.append(item)
             priorities.append(priority)
             self.staleness.append(learner_version() - version)
@@ -205,8 +216,3 @@ class Actor:
 
     def close(self) -> None:
         self.envs.close()
-
-
-def greedy_program(algorithm: Algorithm) -> Callable:
-    """(params [S, ...], obs [S, E, ...]) -> greedy actions [S, E], jitted."""
-    return jax.jit(jax.vmap(lambda params, obs: algorithm.act(params, obs, jax.random.key(0))))

@@ -25,6 +25,7 @@ import numpy as np
 from framework.core.algorithm import ActorLearner, Algorithm, Memory
 from framework.core.config import TrainConfig
 from framework.core.errors import HostRunError, check
+from framework.core.evaluation import HostEpisodesAct
 from framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
 from framework.run.common import StopRequest, open_run_dir
 from framework.run.loop import RunLoop
@@ -295,7 +296,7 @@ class HostRun:
             self.fleet.close()
 
 
-def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_episodes: int,
+def greedy_returns(env: Any, algorithm: Algorithm, params: Any, num_seeds: int, num_episodes: int,
                    first_seed: int, seeds: Optional[Sequence[int]] = None) -> np.ndarray:
     """Every seed's `num_episodes` greedy returns [S, episodes] in envs of their own; seed s's episode e is
     reset with `first_seed + s * num_episodes + e` (framework.tools.evaluate replays them). `seeds`: only these
@@ -304,10 +305,15 @@ def greedy_returns(env: Any, greedy: Callable, params: Any, num_seeds: int, num_
     if len(seeds) < num_seeds:
         params = jax.tree.map(lambda x: x[np.array(seeds)], params)
 
-    def act(obs: np.ndarray) -> np.ndarray:
-        return np.asarray(greedy(params, obs.reshape(len(seeds), num_episodes, *obs.shape[1:]))).reshape(-1)
-
     episode_seeds = [first_seed + s * num_episodes + e for s in seeds for e in range(num_episodes)]
+    episodes_act = HostEpisodesAct(algorithm, (len(seeds),), num_episodes)
+    by_seed = lambda x: np.reshape(x, (len(seeds), num_episodes, *np.shape(x)[1:]))
+    episodes = by_seed(np.asarray(episode_seeds, np.int64) % 2**32)
+
+    def act(obs: np.ndarray, start: np.ndarray) -> np.ndarray:
+        actions = episodes_act(params, by_seed(obs), by_seed(start), episodes)
+        return actions.reshape(len(episode_seeds), *actions.shape[2:])
+
     returns = host_evaluate(env.evaluation_env, act, episode_seeds, len(episode_seeds), evaluation_epsilon(env))
     return returns.reshape(len(seeds), num_episodes)
 
@@ -403,7 +409,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
 
     def evaluate(params: Any, episodes: int, evaluation: int, seeds: Optional[np.ndarray] = None) -> np.ndarray:
         with stop_signal.progress.busy():  # whole games can take minutes while the learner waits to report
-            return greedy_returns(env, run.programs.greedy, params, run.num_seeds, episodes,
+            return greedy_returns(env, run.algorithm, params, run.num_seeds, episodes,
                                   evaluation_seed(train.seed, run.num_seeds, evaluation), seeds)
 
     with loop.logging():

@@ -60,12 +60,11 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
     num_seeds = saved.meta["num_seeds"]
     if getattr(saved.env, "host", False):  # a gymnasium env: the final evaluation's episode seeds
-        from framework.sebulba.actor import greedy_program
         from framework.sebulba.trainer import evaluation_seed, greedy_returns
 
-        return greedy_returns(saved.env, greedy_program(saved.algorithm), saved.policies, num_seeds, episodes,
+        return greedy_returns(saved.env, saved.algorithm, saved.policies, num_seeds, episodes,
                               evaluation_seed(seed, num_seeds, -1))
-    evaluate_one_seed = make_evaluate(saved.env, saved.env_params, saved.algorithm.act, episodes)
+    evaluate_one_seed = make_evaluate(saved.env, saved.env_params, saved.algorithm, episodes)
     keys = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), num_seeds)[1]
     return np.asarray(jax.jit(jax.vmap(evaluate_one_seed))(saved.policies, keys))
 
@@ -80,7 +79,7 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
                           f"env={saved.meta['env']['name']} cannot draw itself")
     first_seed = jax.tree.map(lambda leaf: leaf[0], saved.policies)
     key = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), saved.meta["num_seeds"])[1][0]
-    record = make_record_episode(env, saved.env_params, saved.algorithm.act, episodes)
+    record = make_record_episode(env, saved.env_params, saved.algorithm, episodes)
     states, rewards, steps = jax.jit(record)(first_seed, key)
     steps = int(steps)
     states = jax.device_get(states)
@@ -92,8 +91,9 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
 
 def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
     """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
-    from framework.core.host_env import EpisodeExploration, encode_observations
-    from framework.sebulba.actor import greedy_program
+    from framework.core.evaluation import HostEpisodesAct
+    from framework.core.host_env import EpisodeExploration, encode_observations, env_action
+    from framework.core.spaces import from_gymnasium
     from framework.sebulba.trainer import evaluation_epsilon, evaluation_seed
 
     try:
@@ -103,18 +103,19 @@ def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float,
     except Exception as error:  # the env's own drawing code (pygame for classic control) or its absence
         raise ConfigError("--gif", str(path), f"an env that draws rgb_array frames ({saved.env.name} needs: "
                           f"{error})", "its render failed") from None
-    greedy = greedy_program(saved.algorithm)
+    episodes_act = HostEpisodesAct(saved.algorithm, (1,), 1)  # seed 0's first episode, as the evaluation acts it
     first_seed = jax.tree.map(lambda leaf: leaf[:1], saved.policies)
     episode_seed = evaluation_seed(seed, saved.meta["num_seeds"], -1)
     epsilon = evaluation_epsilon(saved.env)
     explore = EpisodeExploration(episode_seed, epsilon, int(env.action_space.n)) if epsilon else (lambda a: a)
+    to_env = env_action(from_gymnasium(env.action_space))
     try:
         obs, _ = env.reset(seed=episode_seed)
         frames, total, steps, done = [env.render()], 0.0, 0, False
         while not done:
             batch = encode_observations(env.observation_space, np.asarray(obs)[None])[None]
-            action = explore(int(np.asarray(greedy(first_seed, batch))[0, 0])) + int(env.action_space.start)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            action = episodes_act(first_seed, batch, np.array([[steps == 0]]), np.array([[episode_seed % 2**32]]))
+            obs, reward, terminated, truncated, _ = env.step(to_env(explore(action[0, 0])))
             frames.append(env.render())
             total, steps, done = total + float(reward), steps + 1, terminated or truncated
     finally:
