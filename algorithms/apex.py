@@ -25,6 +25,7 @@ from framework.core.devices import num_learners
 from framework.core.errors import check, check_number, check_positive_int
 from framework.core.registry import register_algorithm
 
+
 @dataclasses.dataclass
 class ApexConfig:
     """Ape-X's keys and their defaults: what `algo=apex` runs (conf/algo/apex.yaml adds only the decay's link

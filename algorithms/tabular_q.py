@@ -6,7 +6,7 @@ Terminal transitions do not bootstrap; time-limit truncations bootstrap from the
 """
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -46,13 +46,14 @@ def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_leng
     from algorithms.apex import ApexConfig, make_apex
     from envs import make
     from framework.anakin.trainer import learner_parallel_programs
+    from framework.core.compose import single_program
     from framework.core.devices import make_mesh
     from framework.core.evaluation import make_evaluate
 
     env, env_params = make("cartpole")
     config = ApexConfig(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_length=rollout_length,
                         batch_size=512, learner_updates_per_iteration=updates, learning_starts=512)
-    algorithm = make_apex(config, env, env_params)
+    algorithm = single_program(make_apex(config, env, env_params), env, env_params)
     env_steps_per_iteration = num_devices * algorithm.env_steps_per_update
     iterations = max(4, 40_000 // env_steps_per_iteration)  # one call: about 40k env steps
     programs = learner_parallel_programs(algorithm, make_evaluate(env, env_params, algorithm, 1),

@@ -14,16 +14,20 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import PartitionSpec  # noqa: E402
 
-from algorithms.apex import ApexConfig, learner_gradients, make_apex  # noqa: E402
+from algorithms.apex import ApexConfig, make_apex  # noqa: E402
+from algorithms.common.dqn_family import weighted_td_loss  # noqa: E402
+from algorithms.common.targets import huber  # noqa: E402
 from algorithms.common.networks import QNetwork  # noqa: E402
 from envs import make  # noqa: E402
 from framework.anakin.trainer import learner_parallel_programs  # noqa: E402
 from framework.core.config import TrainConfig  # noqa: E402
 from framework.core.devices import (  # noqa: E402
     DEVICE_AXIS,
+    mean_over_devices,
     make_mesh,
     use_compilation_cache,  # noqa: E402
 )
+from framework.core.compose import single_program  # noqa: E402
 from framework.core.evaluation import make_evaluate  # noqa: E402
 
 SMALL = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=8,
@@ -33,7 +37,7 @@ SMALL = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size
 def after_updates(num_devices: int, num_updates: int = 10, num_seeds: int = 2) -> dict:
     """Largest difference between a device's parameters and device 0's, after `num_updates` iterations."""
     env, env_params = make("cartpole")
-    algorithm = make_apex(SMALL, env, env_params)
+    algorithm = single_program(make_apex(SMALL, env, env_params), env, env_params)
     evaluate = make_evaluate(env, env_params, algorithm, num_episodes=2)
     programs = learner_parallel_programs(algorithm, evaluate, make_mesh(num_seeds, True, num_devices), num_updates)
     state, _ = programs.run_chunk(programs.init(jax.random.split(jax.random.key(3), num_seeds)))
@@ -41,7 +45,7 @@ def after_updates(num_devices: int, num_updates: int = 10, num_seeds: int = 2) -
     spread = lambda tree: max(float(np.abs(leaf - leaf[:1]).max()) for leaf in jax.tree.leaves(tree))
     learner = state.learner
     return {"params_spread": spread(learner.train_state.params), "target_spread": spread(learner.target_params),
-            "obs_spread": spread(state.obs), "learner_updates": np.asarray(state.learner.learner_updates).tolist(),
+            "obs_spread": spread(state.obs), "learner_updates": np.asarray(state.learner.updates).tolist(),
             "shape": list(jax.tree.leaves(state.learner.train_state.params)[0].shape)}
 
 
@@ -60,7 +64,9 @@ def two_devices_against_one(batch_size: int = 16) -> dict:
     optimizer = optax.chain(optax.clip_by_global_norm(40.0), optax.adam(1e-2))
 
     def one_update(items, weights):
-        (loss, _), grads = learner_gradients(params, target_params, items, weights, network, True)
+        (loss, _), grads = jax.value_and_grad(weighted_td_loss, has_aux=True)(
+            params, target_params, items, weights, network, True, huber)
+        grads = mean_over_devices(grads)  # as the learner averages its devices' gradients
         updates, _ = optimizer.update(grads, optimizer.init(params), params)
         return grads, optax.apply_updates(params, updates)
 

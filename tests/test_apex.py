@@ -8,11 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.apex import ApexConfig, actor_priorities, make_apex
+from algorithms.apex import ApexConfig, make_apex
+from algorithms.common.dqn_family import actor_priorities
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
 from envs import make
 from framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
+from framework.core.compose import single_program
 from framework.core.devices import make_mesh
 from framework.core.errors import ConfigError
 from framework.core.evaluation import make_evaluate
@@ -26,7 +28,7 @@ def small_apex():
     """A small Ape-X on CartPole: its config, its programs and its chunk of 6 updates compiled once (one seed)."""
     env, params = make("cartpole")
     config = ApexConfig(**SMALL)
-    algorithm = make_apex(config, env, params)
+    algorithm = single_program(make_apex(config, env, params), env, params)
     evaluate = make_evaluate(env, params, algorithm, num_episodes=2)
     programs = learner_parallel_programs(algorithm, evaluate, make_mesh(1, True, 1), num_updates=6)
     state = programs.init(jax.random.key(0)[None])
@@ -62,7 +64,7 @@ def test_one_program_trains_and_syncs_the_actors(small_apex):
     one_learner = lambda tree: jax.tree.map(lambda x: x[0, 0], tree)  # [device, seed, ...] -> one seed's
     run = lambda key: jax.tree.map(one_learner, run_chunk(programs.init(key[None])))
     state, metrics = run(jax.random.key(0))
-    assert int(state.learner.learner_updates) == 4 * 5  # the first iteration waits for learning_starts
+    assert int(state.learner.updates) == 4 * 5  # the first iteration waits for learning_starts
     epsilons = np.asarray(actor_epsilons(3, config.actor_epsilon, config.actor_alpha))
     assert np.isfinite(metrics["train/loss"]) and set(k for k in metrics if k.startswith("actors/")) == {
         f"actors/return_eps_{eps:.3g}" for eps in epsilons}

@@ -11,6 +11,7 @@ from algorithms.common.targets import td_errors
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
 from framework.core.errors import ConfigError
+from framework.core.compose import single_program
 from framework.core.keys import rollout_draws
 
 GAMMA = 0.9
@@ -66,14 +67,14 @@ def _corridor_dqn(n_step):
     env, params = make("gridworld", **CORRIDOR)
     config = DQNConfig(num_envs=1, buffer_size=64, batch_size=4, learning_starts=10_000, train_every=1,
                        n_step=n_step, discount=GAMMA, epsilon_start=1.0, epsilon_end=1.0)
-    return make_dqn(config, env, params)
+    return single_program(make_dqn(config, env, params), env, params)
 
 
 @functools.lru_cache  # the same steps serve both window lengths
 def _corridor_steps(seed, num_steps):
     """The corridor stepped here with the draws DQN makes from its key (init: split in 3, the third resets
-    the one env; each update: split in 3, the second cut by rollout_draws into a uniform and an env key),
-    actions from epsilon 1 by hand: floor(u * num_actions). [(obs, action, reward, terminated, truncated,
+    the one env; each update: split in 3, the second cut by rollout_draws into an act key and an env key),
+    actions from epsilon 1 by hand: floor(u * num_actions), u the act key's uniform. [(obs, action, reward, terminated, truncated,
     observation before any reset)] per step, and the observation after the last."""
     env, params = make("gridworld", **CORRIDOR)
     step = jax.jit(env.step)
@@ -82,8 +83,9 @@ def _corridor_steps(seed, num_steps):
     steps = []
     for _ in range(num_steps):
         key, rollout_key, _ = jax.random.split(key, 3)
-        uniforms, env_keys = rollout_draws(rollout_key, 1, 1)
-        action = min(int(np.floor(float(uniforms[0, 0]) * env.num_actions)), env.num_actions - 1)
+        act_keys, env_keys = rollout_draws(rollout_key, 1, 1)
+        uniform = float(jax.random.uniform(act_keys[0, 0]))
+        action = min(int(np.floor(uniform * env.num_actions)), env.num_actions - 1)
         next_obs, env_state, reward, terminated, truncated, info = step(env_keys[0, 0], env_state, action, params)
         steps.append((np.asarray(obs), action, float(reward), bool(terminated), bool(truncated),
                       np.asarray(info["final_observation"])))
@@ -125,7 +127,7 @@ def test_replay_items_follow_the_trajectory(n_step):
 
 def test_seeds_get_different_networks():
     env, params = make("cartpole")
-    algorithm = make_dqn(DQNConfig(), env, params)
+    algorithm = single_program(make_dqn(DQNConfig(), env, params), env, params)
     states = jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2))
     kernels = states.learner.train_state.params["params"]["Dense_0"]["kernel"]
     assert not np.array_equal(kernels[0], kernels[1])
@@ -164,11 +166,11 @@ def test_variants_learn_deterministically(overrides):
     env, params = make("cartpole")
     config = DQNConfig(num_envs=4, buffer_size=256, batch_size=16, learning_starts=33, train_every=32,
                        updates_per_train=4, **overrides)
-    algorithm = make_dqn(config, env, params)
+    algorithm = single_program(make_dqn(config, env, params), env, params)
     run = jax.jit(lambda key: jax.lax.scan(lambda state, _: algorithm.update(state), algorithm.init(key), length=4))
 
     (state, metrics), (again, metrics_again) = run(jax.random.key(5)), run(jax.random.key(5))
-    assert np.isfinite(metrics["train/loss"][-1]) and metrics["train/gradient_steps"][-1] == 12
+    assert np.isfinite(metrics["train/loss"][-1]) and metrics["learner/updates"][-1] == 12
     initial = algorithm.init(jax.random.key(5)).learner.train_state.params
     moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), state.learner.train_state.params, initial)
     assert all(jax.tree.leaves(moved))
