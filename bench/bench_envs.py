@@ -92,7 +92,7 @@ def learner_batches_per_second(run_dir, algo: str) -> float:
         return last["perf/learner_updates_per_second"]
     summary = json.loads((run_dir / "summary.json").read_text())
     train_seconds = summary["env_steps"] / summary["env_steps_per_second_per_seed"]
-    return last["train/gradient_steps"] * summary["num_devices"] / train_seconds
+    return last["learner/updates"] * summary["num_devices"] / train_seconds
 
 
 def return_within(run_dir, seconds: float) -> str:

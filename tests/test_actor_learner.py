@@ -9,6 +9,8 @@ from algorithms.apex import ApexConfig, make_apex
 from algorithms.common.networks import select_tree
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
+from framework.core.algorithm import ActorStep
+from framework.core.compose import single_program
 from framework.core.devices import DEVICE_AXIS
 from framework.core.env import EpisodeStatistics
 from framework.core.keys import rollout_draws
@@ -24,30 +26,35 @@ def on_one_device(fn):
         *jax.tree.map(lambda x: x[None], args)))
 
 
-def by_parts(algorithm, env, env_params, state, steps: int, ready, learner_params):
-    """The update rebuilt from the parts: `steps` vector steps of the actor, one insert, one gated learn round."""
+def by_parts(algorithm, env, env_params, state, steps: int):
+    """The update rebuilt here from the parts, a Python loop: `steps` vector steps of the actor (each env acts with
+    its actor state, the key of its column), one insert, one learn round kept once enough items are in."""
     parts = algorithm.actor_learner
     stats_env = EpisodeStatistics(env)
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
+    act = jax.vmap(parts.act, in_axes=(None, 0, 0, 0, 0))
     key, rollout_key, learn_key = jax.random.split(state.key, 3)
-    uniforms, env_keys = rollout_draws(rollout_key, steps, parts.num_envs)
-    params = learner_params(state)
-    obs, env_state, window, env_steps = state.obs, state.env_state, state.window, state.env_steps
+    act_keys, env_keys = rollout_draws(rollout_key, steps, parts.num_envs)
+    params = state.actor_params
+    obs, env_state, recorder, env_steps = state.obs, state.env_state, state.recorder, state.env_steps
+    start, actor_state = state.start, state.actor_state
     items, priorities = [], []
     for t in range(steps):
-        actions = parts.act(params, obs, parts.epsilons(env_steps), uniforms[t])
+        actions, next_actor_state = act(params, actor_state, obs, start, act_keys[t])
         next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys[t], env_state, actions,
                                                                              env_params)
-        window, item, priority = parts.observe(params, window, {
-            "obs": obs, "action": actions, "reward": reward, "terminated": terminated, "truncated": truncated,
-            "final_obs": info["final_observation"]})
+        step = ActorStep(obs, actions, reward, terminated, truncated, info["final_observation"],
+                         acted=jnp.ones(parts.num_envs, bool), start=start,
+                         fresh=jnp.full(parts.num_envs, False), actor_state=actor_state)
+        recorder, item, priority = parts.observe(params, recorder, step)
         items.append(item)
         priorities.append(priority)
-        obs, env_steps = next_obs, env_steps + parts.num_envs
+        obs, start, actor_state, env_steps = next_obs, terminated | truncated, next_actor_state, env_steps + parts.num_envs
     stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
     inserted = parts.insert(state.learner, stack(items), None if priorities[0] is None else stack(priorities))
     learned, _ = parts.learn(inserted, learn_key, env_steps)
-    return select_tree(ready(inserted, env_steps), learned, inserted), (obs, window, env_steps, key)
+    ready = env_steps // (parts.num_envs * steps) * parts.block_items >= parts.learning_starts
+    return select_tree(ready, learned, inserted), (obs, recorder, actor_state, start, env_steps, key)
 
 
 def assert_trees_equal(actual, expected):
@@ -61,24 +68,21 @@ def test_update_equals_actor_part_then_learner_part(name):
     env, env_params = make("cartpole")
     if name == "dqn":
         algorithm, steps = make_dqn(DQN, env, env_params), DQN.train_every // DQN.num_envs
-        ready = lambda learner, env_steps: env_steps >= DQN.learning_starts
-        learner_params = lambda state: state.learner.train_state.params
         run = lambda fn: jax.jit(fn)
     else:
         algorithm, steps = make_apex(APEX, env, env_params), APEX.rollout_length
-        ready = lambda learner, env_steps: env_steps >= APEX.learning_starts
-        learner_params = lambda state: state.actor_params
         run = lambda fn: jax.jit(on_one_device(fn))
+    algorithm = single_program(algorithm, env, env_params)
     update = run(algorithm.update)
     state = run(algorithm.init)(jax.random.key(7))
     for _ in range(3):  # past learning_starts: the learner part runs
         state, _ = update(state)
     expected, metrics = update(state)
     assert np.isfinite(metrics["train/loss"])
-    learner, (obs, window, env_steps, key) = run(
-        lambda state: by_parts(algorithm, env, env_params, state, steps, ready, learner_params))(state)
+    learner, rest = run(lambda state: by_parts(algorithm, env, env_params, state, steps))(state)
     assert_trees_equal(learner, expected.learner)
-    assert_trees_equal((obs, window, env_steps, key), (expected.obs, expected.window, expected.env_steps, expected.key))
+    assert_trees_equal(rest, (expected.obs, expected.recorder, expected.actor_state, expected.start,
+                              expected.env_steps, expected.key))
     moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), learner.train_state.params,
                          state.learner.train_state.params)
     assert all(jax.tree.leaves(moved))  # the round learned: the comparison is not of two untouched states

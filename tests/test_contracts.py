@@ -49,9 +49,9 @@ def make_probe(config, env, env_params):
             metrics["train/reward_per_env"] = reward  # [num_envs], not a scalar
         return (state, key), metrics
 
-    def act(policy, obs, key):
-        actions = jnp.ones(obs.shape[0], jnp.int32)
-        return actions[:, None] if BROKEN.get("act_column") else actions
+    def act(policy, state, obs, start, key):
+        action = jnp.int32(1)
+        return (action[None] if BROKEN.get("act_column") else action), state
 
     algorithm = Algorithm(init, update, lambda carry: jnp.zeros(()), act, env_steps_per_update=config.num_envs)
     return algorithm._replace(**BROKEN.get("fields", {}))
@@ -75,6 +75,9 @@ def build_probe():
     ({"counters": "train/steps"}, "counters='train/steps'", "a tuple of metric names"),
     ({"headline_metrics": ("train/reward",)}, "headline_metrics=('train/reward',)", "a tuple of (metric, label) pairs"),
     ({"act": None}, "act=None", "a function"),
+    ({"act": lambda policy, obs, key: obs}, "act takes fewer than 5 arguments (the contract before this release was "
+     "act(policy, obs [E, ...], key)", "act(policy, policy_state, obs, start, key) -> (action, policy_state)"),
+    ({"update": None}, "update=None", "functions, or all three None with actor_learner given"),
     ({"parallel_learners": "yes"}, "parallel_learners='yes'", "True or False"),
     ({"learner_steps": 7}, "learner_steps=7", "None or a metric name"),
 ])
@@ -116,7 +119,7 @@ def train_probe(tmp_path):
     ({"fields": {"headline_metrics": (("train/episode_return", "train return"),)}},
      "headline_metrics names 'train/episode_return'"),
     ({"vector_metric": True}, "the metric 'train/reward_per_env' has shape (3,) per seed"),
-    ({"act_column": True}, "act(policy, obs [16, ...], key) returned ShapeDtypeStruct(shape=(16, 1)"),
+    ({"act_column": True}, "act(...) for one observation returned (ShapeDtypeStruct(shape=(1,), dtype=int32)"),
 ])
 def test_what_update_and_act_return_is_checked_before_compiling(broken, no_compiling, tmp_path, broken_part, named):
     broken.update(broken_part)
@@ -191,7 +194,7 @@ class CarelessConfig:
 @register_algorithm("careless", config=CarelessConfig)
 def make_careless(config, env, env_params):
     return Algorithm(lambda key: key, lambda key: (key, {"train/loss": jnp.float32(0)}), lambda key: jnp.zeros(()),
-                     lambda policy, obs, key: jnp.zeros(obs.shape[0], jnp.int32), env_steps_per_update=1,
+                     lambda policy, state, obs, start, key: (jnp.int32(0), state), env_steps_per_update=1,
                      health_metrics=("train/loss",))
 '''
 

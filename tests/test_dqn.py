@@ -10,8 +10,8 @@ from algorithms.common.networks import QNetwork
 from algorithms.common.targets import td_errors
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
-from framework.core.errors import ConfigError
 from framework.core.compose import single_program
+from framework.core.errors import ConfigError
 from framework.core.keys import rollout_draws
 
 GAMMA = 0.9

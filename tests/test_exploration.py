@@ -9,40 +9,36 @@ from algorithms.common.exploration import actor_epsilons, epsilon_greedy, greedy
 from framework.core.keys import rollout_draws
 
 
-def test_rollout_draws_are_uniform_and_keys_distinct():
-    uniforms, env_keys = rollout_draws(jax.random.key(0), 500, 64)
-    assert uniforms.shape == env_keys.shape == (500, 64)
-    values = np.asarray(uniforms).ravel()
-    assert values.min() >= 0.0 and values.max() < 1.0
-    counts = np.histogram(values, bins=50, range=(0.0, 1.0))[0]
-    expected = len(values) / 50
+def test_rollout_draws_give_distinct_independent_keys():
+    act_keys, env_keys = rollout_draws(jax.random.key(0), 500, 64)
+    assert act_keys.shape == env_keys.shape == (500, 64)
+    words = np.concatenate([np.asarray(jax.random.key_data(keys)).reshape(-1, 2) for keys in (act_keys, env_keys)])
+    assert len(np.unique(words, axis=0)) == 2 * 500 * 64
+    # each key's first uniform is uniform (chi-square), and an act's draw is independent of its env step's
+    acts = np.asarray(jax.vmap(jax.vmap(jax.random.uniform))(act_keys)).ravel()
+    counts = np.histogram(acts, bins=50, range=(0.0, 1.0))[0]
+    expected = len(acts) / 50
     # 99.9% critical value of chi-square with 49 degrees of freedom is 85.4
     assert ((counts - expected) ** 2 / expected).sum() < 85.4
-    words = np.asarray(jax.random.key_data(env_keys)).reshape(-1, 2)
-    assert len(np.unique(words, axis=0)) == 500 * 64
-    # the keys feed the envs like split keys do: their draws are independent of the uniforms
-    draws = np.asarray(jax.vmap(jax.vmap(jax.random.uniform))(env_keys)).ravel()
-    assert abs(np.corrcoef(values, draws)[0, 1]) < 0.02
+    steps = np.asarray(jax.vmap(jax.vmap(jax.random.uniform))(env_keys)).ravel()
+    assert abs(np.corrcoef(acts, steps)[0, 1]) < 0.02
 
 
-def test_rollout_draws_cut_uniforms_and_keys_from_one_draw_of_words():
-    """Word 0 of each draw gives the uniform (its top 23 bits as a float's mantissa, as jax.random.uniform
-    does), the remaining words are the env step's key."""
+def test_rollout_draws_cut_both_keys_from_one_draw_of_words():
+    """Each draw's first words are the act key, the rest the env step's key."""
     key = jax.random.key(7)
-    uniforms, env_keys = rollout_draws(key, 3, 5)
-    words = np.asarray(jax.random.bits(key, (3, 5, 3), jnp.uint32))
-    np.testing.assert_array_equal(np.asarray(uniforms), (words[..., 0] >> 9).astype(np.float32) / 2**23)
-    np.testing.assert_array_equal(np.asarray(jax.random.key_data(env_keys)), words[..., 1:])
-    assert uniforms.dtype == jnp.float32
+    act_keys, env_keys = rollout_draws(key, 3, 5)
+    words = np.asarray(jax.random.bits(key, (3, 5, 4), jnp.uint32))
+    np.testing.assert_array_equal(np.asarray(jax.random.key_data(act_keys)), words[..., :2])
+    np.testing.assert_array_equal(np.asarray(jax.random.key_data(env_keys)), words[..., 2:])
 
 
 def test_rollout_draws_keep_the_keys_implementation():
     key = jax.random.key(7, impl="rbg")  # 4 words per key instead of threefry's 2
-    uniforms, env_keys = rollout_draws(key, 2, 3)
-    assert jax.random.key_impl(env_keys) == jax.random.key_impl(key)
-    assert jax.random.key_data(env_keys).shape == (2, 3, 4)
-    words = np.asarray(jax.random.bits(key, (2, 3, 5), jnp.uint32))
-    np.testing.assert_array_equal(np.asarray(uniforms), (words[..., 0] >> 9).astype(np.float32) / 2**23)
+    act_keys, env_keys = rollout_draws(key, 2, 3)
+    for keys in (act_keys, env_keys):
+        assert jax.random.key_impl(keys) == jax.random.key_impl(key)
+        assert jax.random.key_data(keys).shape == (2, 3, 4)
 
 
 # maxima at actions 1, 2, 4 (three ties); one maximum at action 0; all four tied

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import signal
 import time
+import types
 
 import gymnasium
 import numpy as np
@@ -308,10 +309,19 @@ def test_host_evaluate_plays_each_episode_from_its_own_seed():
     from envs.gymnasium_env import GymnasiumConfig, evaluation_env_maker
 
     make_env = evaluation_env_maker(GymnasiumConfig(id=TEST_ID))
-    returns = host_evaluate(make_env, greedy, episode_seeds=range(40, 47), num_envs=3)
+    starts = []
+
+    def act(obs: np.ndarray, start: np.ndarray) -> np.ndarray:
+        starts.append(start.copy())
+        return greedy(obs)
+
+    returns = host_evaluate(make_env, act, episode_seeds=range(40, 47), num_envs=3)
     assert returns.shape == (7,)
     assert returns.tolist() == [hand_played_return(40 + episode) for episode in range(7)]
-    assert host_evaluate(make_env, greedy, episode_seeds=[45, 41], num_envs=2).tolist() == [returns[5], returns[1]]
+    # each episode's first act says so, in its slot: 7 starts, 3 at once on the first call
+    assert np.asarray(starts).sum() == 7 and starts[0].tolist() == [True, True, True]
+    assert host_evaluate(make_env, lambda obs, start: greedy(obs), episode_seeds=[45, 41],
+                         num_envs=2).tolist() == [returns[5], returns[1]]
 
 
 def config_error(**fields) -> ConfigError:
@@ -413,7 +423,8 @@ def test_greedy_returns_of_some_seeds_are_those_seeds_rows():
 
     env, _ = make_gymnasium(GymnasiumConfig(id=TEST_ID))
     params = {"action": np.array([2, 0, 1])}  # seed s always plays action params["action"][s]
-    policy = lambda params, obs: np.broadcast_to(params["action"][:, None], obs.shape[:2])
+    policy = types.SimpleNamespace(act=lambda params, state, obs, start, key: (params["action"], state),
+                                   act_init=lambda episode: ())
     every = greedy_returns(env, policy, params, 3, 4, first_seed=10)
     assert len({tuple(row) for row in every.tolist()}) == 3  # the seeds' returns differ
     some = greedy_returns(env, policy, params, 3, 4, first_seed=10, seeds=[2, 1])

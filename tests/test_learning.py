@@ -87,10 +87,10 @@ def greedy_path_lengths(run_dir, overrides, num_seeds: int, agents: int = 1) -> 
         policy, _ = read_policy(run_dir, seed, "final")
         for agent in range(agents):
             obs, state = env.reset_env(jax.random.key(0), env_params)
+            policy_state = algorithm.act_init(jnp.int32(agent))  # episode e follows agent e (tabular Q)
             for step in range(1, env.max_episode_steps(env_params) + 1):
-                # one observation per agent: episode e of a batch follows agent e (tabular Q)
-                batch = jnp.repeat(obs[None], agent + 1, axis=0)
-                action = algorithm.act(jax.tree.map(jnp.asarray, policy), batch, jax.random.key(step))[agent]
+                action, policy_state = algorithm.act(jax.tree.map(jnp.asarray, policy), policy_state, obs,
+                                                     jnp.bool_(step == 1), jax.random.key(step))
                 obs, state, _, terminated, truncated, _ = env.step_env(jax.random.key(0), state, action, env_params)
                 if terminated or truncated:
                     break

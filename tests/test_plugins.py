@@ -89,8 +89,8 @@ def make_rightward(config, env, env_params):
     def policy(carry):
         return jnp.ones((), jnp.int32)  # the action it always takes
 
-    def act(action, obs, key):
-        return jnp.full(obs.shape[0], action, jnp.int32)
+    def act(action, state, obs, start, key):
+        return action, state
 
     return Algorithm(init, update, policy, act, env_steps_per_update=config.num_envs)
 '''

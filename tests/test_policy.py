@@ -164,7 +164,7 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     keys = jax.random.split(jax.random.key(1), len(leaves))
     policies = jax.tree.unflatten(treedef, [np.asarray(jax.random.normal(k, (2, *leaf.shape), leaf.dtype))
                                             for k, leaf in zip(keys, leaves, strict=True)])
-    save_policies(tmp_path, "final", policies, train_cfg, env)
+    save_policies(tmp_path, "final", policies, train_cfg, env, env_params, algorithm)
     obs, _ = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.key(2), 64), env_params)
     obs = np.asarray(obs)
     for seed in (0, 1):
@@ -172,7 +172,12 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
         original = jax.tree.map(lambda leaf, seed=seed: jnp.asarray(leaf[seed]), policies)
         if algorithm.population_policy:
             original = jax.tree.map(lambda leaf: leaf[:1], original)
-        expected = np.asarray(algorithm.act(original, jnp.asarray(obs), jax.random.fold_in(jax.random.key(0), 1)))
+        # each row an episode at its first step: its act_init state, start, the key of episode 0's step 0
+        states = jax.vmap(algorithm.act_init)(jnp.arange(len(obs), dtype=jnp.int32))
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 0)
+        expected, _ = jax.vmap(algorithm.act, in_axes=(None, 0, 0, None, None))(
+            original, states, jnp.asarray(obs), jnp.bool_(True), key)
+        expected = np.asarray(expected)
         np.testing.assert_array_equal(loaded(obs), expected)
         assert loaded(obs[0]) == expected[0]  # random values leave no ties to break
         for saved, restored in zip(jax.tree.leaves(original), jax.tree.leaves(loaded.policy), strict=True):
@@ -180,17 +185,19 @@ def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     _, meta = read_policy(tmp_path, 1, "final")
     assert meta["observation_shape"] == list(env.observation_shape) and meta["num_actions"] == env.num_actions
     assert meta["algo"] == dataclasses.asdict(train_cfg.algo) and meta["seed"] == 7
+    assert meta["action_space"] == env.action_space(env_params).describe() and meta["policy_state"] == (
+        [[[], "int32"]] if algorithm.population_policy else [])  # tabular Q's episode keeps its agent's number
 
 
 def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     train_cfg = _fake_train_config("dqn", "cartpole")
-    env, _, _ = registry.build(train_cfg.env, train_cfg.algo)
+    env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
     small = _fake_train_config("dqn", "cartpole", hidden_sizes=[32, 32])
     _, _, small_algorithm = registry.build(small.env, small.algo)
     from framework.run.policy import abstract_policy
 
     policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), abstract_policy(small_algorithm))
-    save_policies(tmp_path, "final", policies, train_cfg, env)  # arrays of [32, 32] saved beside a [64, 64] config
+    save_policies(tmp_path, "final", policies, train_cfg, env, env_params, algorithm)  # arrays of [32, 32] saved beside a [64, 64] config
     with pytest.raises(ConfigError) as error:
         load_policy(tmp_path)
     message = str(error.value)

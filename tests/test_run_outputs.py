@@ -2,6 +2,7 @@
 env id it shows; `framework.tools.evaluate --gif` draws an episode of the evaluation it prints."""
 import json
 import shlex
+import types
 
 import jax
 import jax.numpy as jnp
@@ -80,12 +81,13 @@ def test_a_recorded_episode_is_the_evaluations_first_episode():
     """With actions drawn from the act key, episodes differ: the recording must use that episode's keys."""
     env, env_params = envs.make("cartpole")
 
-    def act(push_right_probability, obs, key):
-        return jax.random.bernoulli(key, push_right_probability, obs.shape[:1]).astype(jnp.int32)
+    def act(push_right_probability, state, obs, start, key):
+        return jax.random.bernoulli(key, push_right_probability).astype(jnp.int32), state
 
     episodes = 8
-    evaluate_one = jax.jit(make_evaluate(env, env_params, act, episodes))
-    record = jax.jit(make_record_episode(env, env_params, act, episodes))
+    player = types.SimpleNamespace(act=act, act_init=lambda episode: ())
+    evaluate_one = jax.jit(make_evaluate(env, env_params, player, episodes))
+    record = jax.jit(make_record_episode(env, env_params, player, episodes))
     for seed in range(4):
         key = jax.random.key(seed)
         returns = np.asarray(evaluate_one(0.5, key))

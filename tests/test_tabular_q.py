@@ -149,5 +149,5 @@ def test_the_picture_draws_each_agents_own_greedy_path():
     for agent, moves in enumerate(preferred):
         for cell, action in moves.items():
             tables[(agent, *cell, action)] = 1.0
-    paths = greedy_paths(env, env_params, algorithm.act, jnp.asarray(tables))
+    paths = greedy_paths(env, env_params, algorithm, jnp.asarray(tables))
     assert paths == [[(1, 2), (0, 2), (0, 1), (0, 0)], [(1, 2), (1, 1), (1, 0), (0, 0)]]

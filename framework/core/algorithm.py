@@ -195,7 +195,7 @@ def check_fields(name: str, algorithm: Any) -> None:
     steps_metric = algorithm.learner_steps
     require(steps_metric is None or isinstance(steps_metric, str), f"learner_steps={steps_metric!r}",
             "None or a metric name")
-    require(not algorithm.health_metrics or steps_metric is not None,
+    require(not algorithm.health_metrics or steps_metric is not None or built,  # composed: "learner/updates"
             f"health_metrics={tuple(algorithm.health_metrics)!r} with learner_steps=None",
             "learner_steps naming the metric that counts learner steps (health metrics may be NaN until it is "
             "above 0, and are checked from then on), or no health_metrics")

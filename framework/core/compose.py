@@ -15,6 +15,7 @@ from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
 from framework.core.devices import device_index
 from framework.core.env import EpisodeStatistics
 from framework.core.keys import rollout_draws
+from framework.core.spaces import clip_actions
 
 
 class PartsState(NamedTuple):
@@ -50,6 +51,7 @@ def single_program(algorithm: Algorithm, env: Any, env_params: Any) -> Algorithm
     reset_envs = jax.vmap(stats_env.reset, in_axes=(0, None))
     step_envs = jax.vmap(stats_env.step, in_axes=(0, 0, 0, None))
     act = jax.vmap(parts.act, in_axes=(None, 0, 0, 0, 0))  # every env acts with the same parameters
+    action_space = env.action_space(env_params)
     memory = algorithm.memory
 
     def init(key: jax.Array) -> PartsState:
@@ -68,6 +70,7 @@ def single_program(algorithm: Algorithm, env: Any, env_params: Any) -> Algorithm
         params, env_state, obs, start, actor_state, recorder, fresh = carry
         act_keys, env_keys = keys
         actions, next_actor_state = act(params, actor_state, obs, start, act_keys)
+        actions = clip_actions(action_space, actions)
         next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
         step = ActorStep(obs, actions, reward, terminated, truncated, info["final_observation"],
                          acted=jnp.ones(num_envs, bool), start=start, fresh=jnp.full(num_envs, fresh),

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from framework.core.env import Environment
+from framework.core.spaces import clip_actions
 
 
 def batch_act(act: Callable, act_init: Callable, num_episodes: int) -> tuple[Callable, Callable]:
@@ -27,6 +28,7 @@ def _make_play(env: Environment, env_params: Any, algorithm: Any, num_episodes: 
     reset = jax.vmap(env.reset_env, in_axes=(0, None))
     step = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
     init_states, act_all = batch_act(algorithm.act, algorithm.act_init, num_episodes)
+    action_space = env.action_space(env_params)
     first_episode = lambda tree: jax.tree.map(lambda leaf: leaf[0], tree)
 
     def play(policy: Any, key: jax.Array) -> tuple[jax.Array, Any, Any]:
@@ -40,6 +42,7 @@ def _make_play(env: Environment, env_params: Any, algorithm: Any, num_episodes: 
             step_keys = jax.random.split(step_key, num_episodes + 1)
             actions, policy_state = act_all(policy, policy_state, obs, start,
                                             jax.random.split(step_keys[0], num_episodes))
+            actions = clip_actions(action_space, actions)
             obs, env_state, reward, terminated, truncated, _ = step(step_keys[1:], env_state, actions, env_params)
             reward = jnp.where(running, reward, 0.0)
             kept = first_episode((env_state, reward, running)) if record else None

@@ -8,8 +8,9 @@ Algorithms say which action kinds they act in (`register_algorithm(..., acts=("d
 an env whose actions are another kind before anything compiles.
 """
 import dataclasses
-from typing import Union
+from typing import Any, Union
 
+import jax.numpy as jnp
 import numpy as np
 
 DISCRETE, BOX = "discrete", "box"  # the kinds an algorithm declares it acts in
@@ -61,6 +62,15 @@ class Box:
 
 
 Space = Union[Discrete, Box]
+
+
+def clip_actions(space: Space, actions: Any) -> Any:
+    """Actions as an env may take them: Box actions clipped to the bounds (an out-of-bounds action never reaches an
+    env, and what is recorded is what the env took); Discrete ones as they are. Numpy in, numpy out; JAX likewise."""
+    if not isinstance(space, Box):
+        return actions
+    clip = np.clip if isinstance(actions, np.ndarray) else jnp.clip
+    return clip(actions, space.low, space.high)
 
 
 def from_gymnasium(space: object) -> Space:

@@ -58,7 +58,9 @@ def save_policies(run_dir: Path, which: str, policies: Any, train_cfg: Any, env:
                   algorithm: Algorithm) -> None:
     """One file per seed from host policies laid out [seed, ...]."""
     meta = {"algo": dataclasses.asdict(train_cfg.algo), "env": dataclasses.asdict(train_cfg.env), "kind": which,
-            "observation_shape": list(env.observation_shape), "num_actions": env.num_actions,
+            "observation_shape": list(env.observation_shape),
+            # Discrete actions' count (None for Box actions: action_space says what they are)
+            "num_actions": env.num_actions if env.action_space(env_params).kind == "discrete" else None,
             "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds, **acting_facts(algorithm, env, env_params)}
     for seed in range(train_cfg.num_seeds):
         policy = jax.tree.map(lambda leaf, seed=seed: np.asarray(leaf[seed]), policies)

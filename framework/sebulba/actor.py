@@ -1,10 +1,10 @@
 """The actor side of a host run (framework/sebulba/trainer.py): the jitted programs both sides call, the chain of
 round keys the single program draws, and one actor thread's loop over its share of every seed's envs.
 
-An actor thread steps its host vector env and makes one jitted call per vector step: record the step into the
-n-step windows and act on the next observations, every seed's parameters vmapped. Thread k owns columns k,
-k + K, ... of every seed's envs, so Ape-X's actor i of seed s keeps its envs and epsilon whatever the thread
-count, and draws the single program's action uniforms for those columns.
+An actor thread steps its host vector env and makes one jitted call per vector step: record the step (`observe`)
+and act on the next observations, each env with its actor state, every seed's parameters vmapped. Thread k owns
+columns k, k + K, ... of every seed's envs, so Ape-X's actor i of seed s keeps its envs and epsilon whatever the
+thread count, and takes the single program's act keys of those columns.
 """
 import dataclasses
 import sys
@@ -19,6 +19,7 @@ from framework.core.algorithm import ActorLearner, ActorStep, Algorithm
 from framework.core.devices import DEVICE_AXIS
 from framework.core.host_env import HostEnvError, derived_seed
 from framework.core.keys import rollout_draws, run_keys
+from framework.core.spaces import clip_actions
 
 
 def with_device_axis(fn: Callable) -> Callable:
@@ -38,7 +39,7 @@ class HostPrograms(NamedTuple):
     round_keys: Callable  # (rollout keys [S], columns [n]) -> a round's act keys [S, T, n]
     first_actions: Callable  # (params, actor states, obs [S, n, ...], start [S, n], act keys, t) -> (actions,
     #                           actor states)
-    record_and_act: Callable  # (params, recorders, ActorStep, next obs, actor states, start, act keys, t) ->
+    record_and_act: Callable  # (acted with, params, recorders, ActorStep, next obs, actor states, start, keys, t) ->
     #                            (recorders, items, priorities, actions, actor states): record a vector step, act on
     #                            its next observations
     insert: Callable  # (learner, every thread's items [S, T, n, ...], their priorities) -> learner (donated)
@@ -74,8 +75,9 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         step_keys = jax.lax.dynamic_index_in_dim(keys, jnp.minimum(t, parts.block_steps - 1), 1, False)
         return seeds(envs_act)(params, actor_states, obs, start, step_keys)
 
-    def record_and_act(params, recorders, step, next_obs, actor_states, start, keys, t):
-        recorders, items, priorities = seeds(parts.observe)(params, recorders, step)
+    def record_and_act(acted_with, params, recorders, step, next_obs, actor_states, start, keys, t):
+        """`observe` sees the parameters the step's actions were chosen with; the next actions use `params`."""
+        recorders, items, priorities = seeds(parts.observe)(acted_with, recorders, step)
         actions, actor_states = act(params, actor_states, next_obs, start, keys, t)
         return recorders, items, priorities, actions, actor_states
 
@@ -97,7 +99,7 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         actor_init=jax.jit(seeds(env_actor_init, in_axes=(None, 0))),
         record_init=jax.jit(seeds(parts.record_init)),
         next_round=jax.jit(next_round_keys), round_keys=jax.jit(round_keys),
-        first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=1),
+        first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=2),
         insert=jax.jit(insert, donate_argnums=0),
         learn=jax.jit(seeds(with_device_axis(parts.learn)), donate_argnums=0),
         snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
@@ -174,9 +176,11 @@ class Actor:
         next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs, self.started,
                                                                 keys, np.int32(0))
         items, priorities = [], []
+        space = self.env.action_space()
         for t in range(self.parts.block_steps):
             start = time.perf_counter()
-            actions, step = np.asarray(next_actions), None
+            acted_with = params
+            actions, step = clip_actions(space, np.asarray(next_actions)), None
             for attempt in range(MAX_RESTARTS_IN_A_ROW + 1):
                 try:
                     step = self.envs.step(actions.reshape(-1))
@@ -187,7 +191,7 @@ class Actor:
                     self.restart_envs(error)  # and the step again, from the new envs' first observations
                     next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs,
                                                                             self.started, keys, np.int32(t))
-                    actions = np.asarray(next_actions)
+                    actions = clip_actions(space, np.asarray(next_actions))
             transition = ActorStep(obs=self.obs, action=actions, reward=self.shaped(step.reward),
                                    terminated=self.shaped(step.terminated), truncated=self.shaped(step.truncated),
                                    final_obs=self.shaped(step.final_obs), acted=self.shaped(step.acted),
@@ -197,14 +201,15 @@ class Actor:
             for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
                 self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
             self.obs, self.actor_states = self.shaped(step.obs), next_states
+            self.staleness.append(learner_version() - version)
+            params, version = parameters()  # the newest for the next actions; the step is observed with its own
             self.recorders, item, priority, next_actions, next_states = self.programs.record_and_act(
-                params, self.recorders, transition, self.obs, self.actor_states, self.started, keys, np.int32(t + 1))
+                acted_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
+                np.int32(t + 1))
             items.append(item)
             priorities.append(priority)
-            self.staleness.append(learner_version() - version)
             self.meter.busy += time.perf_counter() - start
             self.meter.count += 1
-            params, version = parameters()
         return self.programs.stack(items), None if priorities[0] is None else self.programs.stack(priorities)
 
     def prefetch(self, parameters: Callable[[], tuple[Any, int]]) -> None:

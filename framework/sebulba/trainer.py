@@ -54,7 +54,7 @@ def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[floa
     """Learner samples per inserted item: the single program's ratio by default; None: free running."""
     spi = train.runtime.samples_per_insert
     if spi == "auto":
-        return parts.samples_per_learn / (parts.block_steps * parts.num_envs)
+        return parts.samples_per_learn / parts.block_items
     return None if spi is None else float(spi)
 
 
@@ -86,8 +86,8 @@ class HostRun:
         self.num_seeds = train.num_seeds
         self.columns = column_order(parts.num_envs, actor_slots(train)[1])
         self.programs = host_programs(algorithm, self.columns)
-        self.block_items = parts.block_steps * parts.num_envs  # one seed's items of one round, all threads
-        self.num_rounds = max(1, -(-train.total_env_steps // self.block_items))
+        self.round_env_steps = parts.block_steps * parts.num_envs  # one seed's env steps of a round, all threads
+        self.num_rounds = max(1, -(-train.total_env_steps // self.round_env_steps))
         self.spi = samples_per_insert(train, parts)
         self.timeout = train.runtime.timeout_s
         # the single program's keys: a chain of round keys, each split into the round's actor and learner keys
@@ -99,11 +99,12 @@ class HostRun:
             fits(jax.eval_shape(self.programs.learner_init, network_keys, obs))
         self.learner = self.programs.learner_init(network_keys, obs)
         # the bound must hold a whole round of samples and a whole round of inserts
-        error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * self.block_items)
+        error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * parts.block_items)
         self.limiter = RateLimiter(self.spi, parts.learning_starts, error_buffer)
         self.store = ParameterStore()
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
+        self.learner_metrics = None if parts.learner_metrics is None else jax.jit(jax.vmap(parts.learner_metrics))
         self.learner_meter = Meter()
         self.actors: list[Actor] = []  # or framework.sebulba.ray.actors.RaySlot, with the same contract
         self.fleet = None  # actors=ray: framework.sebulba.ray.actors.RayFleet
@@ -131,7 +132,7 @@ class HostRun:
         """Every thread's envs, reset from the run's seed and the env step it starts at (so a resumed run
         steps new episodes, not a replay of the first ones), and the first published parameters."""
         self.first_round, self.first_updates = self.rounds_inserted, self.learner_updates
-        start = self.rounds_inserted * self.block_items
+        start = self.rounds_inserted * self.round_env_steps
         seeds = [derived_seed(self.train.seed, k, start) for k in range(len(self.columns))]
         try:
             if self.train.actors == "ray":
@@ -154,7 +155,7 @@ class HostRun:
         processes = self.fleet.start_processes(len(seeds))
         for k, (process, env_seed) in enumerate(zip(processes, seeds, strict=True)):
             self.actors.append(RaySlot(self.fleet, process, k, env_seed, self.round_keys, self.rounds_inserted,
-                                       self.num_rounds, self.block_items, self.parts.block_steps,
+                                       self.num_rounds, self.round_env_steps, self.parts.block_steps,
                                        self.programs.next_round, in_flight))
 
     # the learner side
@@ -162,7 +163,7 @@ class HostRun:
     def insert(self, blocks: list[tuple[Any, Any]]) -> None:
         """One round: every thread's block (items, priorities or None) into replay."""
         items, priorities = zip(*blocks, strict=True)
-        self.limiter.insert(self.block_items)
+        self.limiter.insert(self.parts.block_items)  # the algorithm's items
         self.learner = self.programs.insert(self.learner, items, None if priorities[0] is None else priorities)
         self.round_keys, _, self.learn_keys = self.programs.next_round(self.round_keys)
         self.learns_since_insert = 0
@@ -170,7 +171,7 @@ class HostRun:
 
     def learn_round(self) -> None:
         """One granted learner round; a parameter copy published when the updates cross a sync period."""
-        env_steps = jnp.full(self.num_seeds, self.rounds_inserted * self.block_items, jnp.int32)
+        env_steps = jnp.full(self.num_seeds, self.rounds_inserted * self.round_env_steps, jnp.int32)
         # the round's learner key (the single program's); more rounds on the same inserts fold in their count
         keys = self.learn_keys if not self.learns_since_insert else jax.vmap(jax.random.fold_in, in_axes=(0, None))(
             self.learn_keys, self.learns_since_insert)
@@ -196,15 +197,17 @@ class HostRun:
     def boundary_report(self, previous: int, reports: BoundedQueue, timeout: float) -> bool:
         """A report (parameters copied now) when the env steps cross a log, eval or checkpoint boundary, end the
         run or follow a stop request; True when it was the last."""
-        now = self.rounds_inserted * self.block_items
+        now = self.rounds_inserted * self.round_env_steps
         last = self.rounds_inserted == self.num_rounds or self.stop_requested
         crossed = lambda every: every > 0 and now // every > previous // every
         checkpoint = crossed(self.train.checkpoint.every) or (last and bool(self.train.checkpoint.every)) or (
             self.stop_requested)
         if crossed(self.train.log_every) or crossed(self.train.eval_every) or last or checkpoint:
             # the actors' episodes as of this boundary (in lockstep, the same in every run)
-            metrics = {"train/episode_return": self.recent_return(),
+            metrics = {"train/episode_return": self.recent_return(), "learner/updates": float(self.learner_updates),
                        **{name: np.asarray(value) for name, value in self.learn_metrics.items()}}
+            if self.learner_metrics is not None:  # the replay's statistics, at report boundaries only
+                metrics.update({name: np.asarray(value) for name, value in self.learner_metrics(self.learner).items()})
             # a quiet point: no learner call runs, so the state is whole (its host copy outlives the donation)
             saved = (jax.device_get(self.checkpoint_state()), self.counters()) if checkpoint else None
             reports.put(Report(now, self.programs.snapshot(self.learner), metrics, last, saved), timeout=timeout)
@@ -225,7 +228,7 @@ class HostRun:
         try:
             last = False
             while not last:
-                previous = self.rounds_inserted * self.block_items
+                previous = self.rounds_inserted * self.round_env_steps
                 start = time.perf_counter()
                 blocks = [incoming.get(timeout=timeout) for incoming in queues]
                 self.learner_meter.waiting += time.perf_counter() - start
@@ -245,7 +248,7 @@ class HostRun:
 
     def act_freely(self, actor: Actor, out: BoundedQueue, timeout: float) -> None:
         for round_index in range(self.first_round, self.num_rounds):
-            block = actor.block(round_index * self.block_items, self.store.latest, lambda: self.store.version)
+            block = actor.block(round_index * self.round_env_steps, self.store.latest, lambda: self.store.version)
             start = time.perf_counter()
             out.put(block, timeout=timeout)
             actor.meter.waiting += time.perf_counter() - start
@@ -255,7 +258,7 @@ class HostRun:
         timeout = self.train.runtime.timeout_s
         last = False
         while not last and not stop.stopped:
-            previous = self.rounds_inserted * self.block_items
+            previous = self.rounds_inserted * self.round_env_steps
             fixed = self.store.latest()
             acted_with = lambda fixed=fixed: fixed
             for actor in self.actors:  # Ray actor processes act their blocks at once
@@ -271,7 +274,7 @@ class HostRun:
         staleness = [s for actor in self.actors for s in actor.staleness[-1000:]]
         return {
             "runtime/actor_env_steps_per_second": (self.num_seeds * (self.rounds_inserted - self.first_round)
-                                                   * self.block_items / seconds),
+                                                   * self.round_env_steps / seconds),
             "runtime/learner_updates": self.learner_updates,
             "runtime/learner_batches_per_second": (self.learner_updates - self.first_updates) / seconds,
             "runtime/samples_per_insert": self.limiter.measured_samples_per_insert,
@@ -415,7 +418,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     with loop.logging():
         try:
             run.start_actors()  # an env that fails to start is the run's one-paragraph error too
-            with StopRequest() as stop, ProgressBar(run.num_rounds * run.block_items, train.progress) as bar:
+            with StopRequest() as stop, ProgressBar(run.num_rounds * run.round_env_steps, train.progress) as bar:
                 latest_eval = loop.latest_eval
                 done = run.rounds_inserted >= run.num_rounds  # resumed at or past total_env_steps: results only
                 learner = None if done else start_learner(run, reports, stop_signal)
@@ -428,13 +431,13 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
                         run.stop_requested = True
                         continue
                     progress.train_seconds = trained_before + time.time() - start
-                    rate = run.num_seeds * (report.env_steps - run.first_round * run.block_items) / max(
+                    rate = run.num_seeds * (report.env_steps - run.first_round * run.round_env_steps) / max(
                         time.time() - start, 1e-9)
                     progress.env_steps = report.env_steps
                     record = loop.record(report.env_steps, report.metrics, rate)
                     record.update(run.runtime_metrics(time.time() - start))
                     every = train.eval_every
-                    if report.last or report.env_steps // every > (report.env_steps - run.block_items) // every:
+                    if report.last or report.env_steps // every > (report.env_steps - run.round_env_steps) // every:
                         returns = evaluate(report.params, train.eval_episodes, progress.evaluations)
                         loop.evaluated(record, returns.mean(axis=-1),
                                        lambda params=report.params: jax.device_get(params))

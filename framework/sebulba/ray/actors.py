@@ -205,10 +205,10 @@ class RaySlot:
     """Slot `index` of a run, acted in a Ray actor process; `block` has framework.sebulba.actor.Actor's contract."""
 
     def __init__(self, fleet: RayFleet, process: Optional[Any], index: int, env_seed: int, round_keys: jax.Array,
-                 first_round: int, num_rounds: int, block_items: int, block_steps: int, next_round: Callable,
+                 first_round: int, num_rounds: int, round_env_steps: int, block_steps: int, next_round: Callable,
                  in_flight: int):
         self.fleet, self.index, self.env_seed, self.block_steps = fleet, index, env_seed, block_steps
-        self.num_rounds, self.block_items, self.next_round = num_rounds, block_items, next_round
+        self.num_rounds, self.round_env_steps, self.next_round = num_rounds, round_env_steps, next_round
         self.in_flight = in_flight
         self.meter = Meter()
         self.finished: list[list[float]] = [[] for _ in range(fleet.train.num_seeds)]
@@ -237,7 +237,7 @@ class RaySlot:
             if round_index >= self.num_rounds:
                 return
             reference = self.fleet.put_params(params, version)
-            future = self.process.block.remote(self.index, round_index * self.block_items, reference, version)
+            future = self.process.block.remote(self.index, round_index * self.round_env_steps, reference, version)
             self.pending.append((version, future))
 
     prefetch = top_up  # lockstep asks every slot first, then waits for each: the processes act at once
@@ -245,7 +245,7 @@ class RaySlot:
     def block(self, env_steps: int, parameters: Callable[[], tuple[Any, int]], learner_version: Callable[[], int]
               ) -> tuple[Any, Any]:
         """The block starting at a seed's `env_steps` (the next round this slot owes)."""
-        assert env_steps == self.round * self.block_items, (env_steps, self.round)
+        assert env_steps == self.round * self.round_env_steps, (env_steps, self.round)
         while True:
             self.top_up(parameters)
             version, future = self.pending[0]
@@ -293,7 +293,7 @@ class RaySlot:
                   f"ray.start_timeout_s={fleet.config.start_timeout_s} s (a lost node?): actor slot {self.index} "
                   f"moves to a live process, {len(fleet.live)} of {fleet.config.num_actors} processes left",
                   file=sys.stderr, flush=True)
-        env_seed = derived_seed(self.env_seed, self.round * self.block_items, self.actor_restarts)
+        env_seed = derived_seed(self.env_seed, self.round * self.round_env_steps, self.actor_restarts)
         while True:  # the live process chosen may die before it opens the slot (its node going too): the next one
             self.process = process
             try:
