@@ -390,12 +390,6 @@ REFUSED = {  # a discrete-action algorithm on Box actions, in both shapes
 }
 BOUNDS = {"gaussian-jax": (-1.0, 1.0, (2,)), "gaussian-gymnasium": (-2.0, 2.0, (1,))}  # reach's and Pendulum's
 SHAPES = ["jax", "gymnasium"]
-# framework/run/policy.py's save_policies writes `env.num_actions` into every policy file, and
-# Environment.num_actions raises AttributeError for a Box action space: a Box-action run trains, then crashes
-# (exit 1, a traceback) writing its policies, so nothing of it can be evaluated or reloaded
-BOX_POLICIES_NOT_SAVED = pytest.mark.xfail(
-    strict=True, reason="save_policies reads env.num_actions, an AttributeError for Box action spaces "
-    "(framework/run/policy.py, save_policies)")
 
 
 def write_site(site: Path) -> None:
@@ -611,7 +605,6 @@ def test_continuous_actions_stay_inside_the_bounds_with_a_ladder_of_noise(runs, 
         np.testing.assert_allclose(items["sigma"], np.broadcast_to(ladder, items["sigma"].shape), rtol=1e-6)
 
 
-@BOX_POLICIES_NOT_SAVED
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_continuous_algorithm_runs_and_its_policies_replay(runs, shape):
     name = f"gaussian-{shape}"
@@ -649,7 +642,6 @@ def play_box(policy, name: str) -> list[np.ndarray]:
     return actions
 
 
-@BOX_POLICIES_NOT_SAVED
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_reloaded_continuous_policy_gives_float_arrays_inside_the_bounds(runs, registered, shape):
     name = f"gaussian-{shape}"
