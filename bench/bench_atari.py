@@ -219,7 +219,7 @@ def system_rates(game: str, algo: str, num_envs: int, window: float, windows: in
             time.sleep(0.5)
         marks = []
         for mark in range(windows + 1):
-            marks.append((time.perf_counter(), run.rounds_inserted * run.block_items, run.learner_updates))
+            marks.append((time.perf_counter(), run.rounds_inserted * run.round_env_steps, run.learner_updates))
             if mark < windows:
                 time.sleep(window)
         stop.raise_if_failed()

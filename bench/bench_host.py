@@ -136,7 +136,7 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     env, _, algorithm = build(train)
     run = host_run(train, env, algorithm)
     parts, actor = run.parts, run.actors[0]
-    per_block = seeds * run.block_items  # env steps of one block (all seeds; one actor thread)
+    per_block = seeds * run.round_env_steps  # env steps of one block (all seeds; one actor thread)
     out = {"algo": algo, "seeds": seeds, "envs_per_seed": parts.num_envs, "block_steps": parts.block_steps,
            "updates_per_learn": parts.updates_per_learn, "samples_per_learn": parts.samples_per_learn,
            "samples_per_insert": run.spi, "actor_threads": len(run.actors)}
@@ -152,7 +152,7 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
         blocks, counter = [], [0]
 
         def act() -> None:
-            block = actor.block(counter[0] * run.block_items, lambda: fixed, lambda: fixed[1])
+            block = actor.block(counter[0] * run.round_env_steps, lambda: fixed, lambda: fixed[1])
             jax.block_until_ready(block)
             counter[0] += 1
             blocks.append(block)
@@ -178,7 +178,7 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
 
         # 3. learner solo, past learning_starts
         log(f"{algo}: 3. learner solo")
-        needed = -(-parts.learning_starts // run.block_items)
+        needed = -(-parts.learning_starts // parts.block_items)
         while len(blocks) < needed:
             act()
         for block in blocks[-needed:]:
@@ -247,7 +247,7 @@ def system(train, env, algorithm, ready_publish: bool = False) -> dict:
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         stop.raise_if_failed()
         metrics = run.runtime_metrics(seconds)
-        env_steps = train.num_seeds * run.rounds_inserted * run.block_items
+        env_steps = train.num_seeds * run.rounds_inserted * run.round_env_steps
         return dict(system_env=env_steps / seconds, system_learner=run.learner_updates / seconds,
                     system_seconds=seconds, system_env_steps=env_steps,
                     actor_wait=metrics["runtime/actor_wait_fraction"],
