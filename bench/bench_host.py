@@ -144,7 +144,7 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
         # 1. env alone
         envs, rng = actor.envs, np.random.default_rng(0)
         log(f"{algo}: 1. env alone ({envs.num_envs} envs)")
-        out["env"] = best_rate(lambda: envs.step(rng.integers(0, envs.num_actions, envs.num_envs)), envs.num_envs)
+        out["env"] = best_rate(lambda: envs.step(rng.integers(0, env.action_space().n, envs.num_envs)), envs.num_envs)
 
         # 2. env with policy, parameters fixed
         log(f"{algo}: 2. env with policy")

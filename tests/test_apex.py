@@ -148,3 +148,17 @@ def test_the_learner_loop_updates_the_sum_tree_in_place(small_apex):
     # the `ready` select after it
     assert {depth: lines for depth, lines in copies.items() if depth >= 2} == {}
     assert len(copies.get(1, [])) <= 1, copies[1]
+
+
+def test_the_replay_items_are_not_copied_by_an_update(small_apex):
+    # the single program selects the learner state before and after a round until learning starts; a leaf that
+    # `learn` returns as it came in (the replay's items) is kept without a select: a select over it made XLA
+    # copy the whole buffer at every update
+    config, programs, run_chunk = small_apex
+    state = jax.eval_shape(programs.init, jax.random.key(0)[None])
+    obs = state.learner.replay_state.experience["obs"]
+    item_dims = ",".join(map(str, obs.shape[2:]))  # past the device and seed axes
+    assert re.search(rf"f32\[(\d+,)*{item_dims}\]", run_chunk.as_text()), "the items are not where this test looks"
+    copies = [line for line in run_chunk.as_text().splitlines()
+              if " copy(" in line and re.search(rf"f32\[(\d+,)*{item_dims}\]", line.split(" copy(")[0])]
+    assert copies == []

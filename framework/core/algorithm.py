@@ -66,8 +66,8 @@ class ActorLearner(NamedTuple):
     learner_init: Callable[[jax.Array, jax.Array], Any]  # (key, obs [num_envs, ...]) -> learner state
     insert: Callable[..., Any]  # (learner state, items [T, N, ...], priorities [T, N] or None) -> learner state
     # (learner state, key, env steps) -> (learner state, metrics): a round. Return the replay's unchanged leaves
-    # as they came in: the single program selects the state before and after a round until learning starts,
-    # and XLA drops a select between equal leaves, not a copy of the whole buffer
+    # as they came in: until learning starts the single program keeps the state before the round, and a leaf
+    # returned as it came in needs no select (a select would copy the whole buffer at every update)
     learn: Callable[..., tuple[Any, Metrics]]
     updates_per_learn: int  # learner updates (batches) of one `learn` round
     samples_per_learn: int  # items one `learn` round samples (batches x batch size): the rate limiter's unit

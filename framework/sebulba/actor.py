@@ -76,8 +76,10 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         return seeds(envs_act)(params, actor_states, obs, start, step_keys)
 
     def record_and_act(acted_with, params, recorders, step, next_obs, actor_states, start, keys, t):
-        """`observe` sees the parameters the step's actions were chosen with; the next actions use `params`."""
-        recorders, items, priorities = seeds(parts.observe)(acted_with, recorders, step)
+        """`observe` sees the parameters the step's actions were chosen with (None: `params`, which the next
+        actions use: one copy of the parameters to pass, a call's cost on a host actor)."""
+        observed_with = params if acted_with is None else acted_with
+        recorders, items, priorities = seeds(parts.observe)(observed_with, recorders, step)
         actions, actor_states = act(params, actor_states, next_obs, start, keys, t)
         return recorders, items, priorities, actions, actor_states
 
@@ -204,7 +206,7 @@ class Actor:
             self.staleness.append(learner_version() - version)
             params, version = parameters()  # the newest for the next actions; the step is observed with its own
             self.recorders, item, priority, next_actions, next_states = self.programs.record_and_act(
-                acted_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
+                None if acted_with is params else acted_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
                 np.int32(t + 1))
             items.append(item)
             priorities.append(priority)
