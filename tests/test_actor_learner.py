@@ -49,7 +49,8 @@ def by_parts(algorithm, env, env_params, state, steps: int):
         recorder, item, priority = parts.observe(params, recorder, step)
         items.append(item)
         priorities.append(priority)
-        obs, start, actor_state, env_steps = next_obs, terminated | truncated, next_actor_state, env_steps + parts.num_envs
+        obs, start, actor_state = next_obs, terminated | truncated, next_actor_state
+        env_steps = env_steps + parts.num_envs
     stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
     inserted = parts.insert(state.learner, stack(items), None if priorities[0] is None else stack(priorities))
     learned, _ = parts.learn(inserted, learn_key, env_steps)

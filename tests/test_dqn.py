@@ -74,8 +74,8 @@ def _corridor_dqn(n_step):
 def _corridor_steps(seed, num_steps):
     """The corridor stepped here with the draws DQN makes from its key (init: split in 3, the third resets
     the one env; each update: split in 3, the second cut by rollout_draws into an act key and an env key),
-    actions from epsilon 1 by hand: floor(u * num_actions), u the act key's uniform. [(obs, action, reward, terminated, truncated,
-    observation before any reset)] per step, and the observation after the last."""
+    actions from epsilon 1 by hand: floor(u * num_actions), u the act key's uniform. [(obs, action, reward,
+    terminated, truncated, observation before any reset)] per step, and the observation after the last."""
     env, params = make("gridworld", **CORRIDOR)
     step = jax.jit(env.step)
     key, _, reset_key = jax.random.split(jax.random.key(seed), 3)

@@ -197,7 +197,8 @@ def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     from framework.run.policy import abstract_policy
 
     policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), abstract_policy(small_algorithm))
-    save_policies(tmp_path, "final", policies, train_cfg, env, env_params, algorithm)  # arrays of [32, 32] saved beside a [64, 64] config
+    # arrays of [32, 32] saved beside a [64, 64] config
+    save_policies(tmp_path, "final", policies, train_cfg, env, env_params, algorithm)
     with pytest.raises(ConfigError) as error:
         load_policy(tmp_path)
     message = str(error.value)

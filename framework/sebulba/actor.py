@@ -205,8 +205,9 @@ class Actor:
             self.obs, self.actor_states = self.shaped(step.obs), next_states
             self.staleness.append(learner_version() - version)
             params, version = parameters()  # the newest for the next actions; the step is observed with its own
+            observed_with = None if acted_with is params else acted_with  # None: the same, passed once
             self.recorders, item, priority, next_actions, next_states = self.programs.record_and_act(
-                None if acted_with is params else acted_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
+                observed_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
                 np.int32(t + 1))
             items.append(item)
             priorities.append(priority)
