@@ -162,8 +162,9 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
                 target_params = optax.incremental_update(train_state.params, target_params, s.tau)
             else:
                 target_params = select_tree(updates % s.target_update_period == 0, train_state.params, target_params)
-            stats = {"loss": loss, "q_mean": chosen.mean(), "is_weight_min": weights.min(),
-                     "is_weight_mean": weights.mean()}
+            stats = {"loss": loss, "q_mean": chosen.mean()}
+            if prioritized is not None:  # uniform replay's weights are all 1: nothing to report
+                stats.update(is_weight_min=weights.min(), is_weight_mean=weights.mean())
             return (train_state, target_params, tree, updates), stats
 
         shape = (s.updates_per_learn, s.batch_size)

@@ -87,7 +87,7 @@ class HostEpisodesAct:
     episode replays the same whatever plays beside it."""
 
     def __init__(self, algorithm: Any, lead: tuple[int, ...], width: int):
-        act = jax.vmap(algorithm.act, in_axes=(None, 0, 0, 0, 0))
+        init_states, act = batch_act(algorithm.act, algorithm.act_init, width)
         for _ in lead:
             act = jax.vmap(act)
         step_key = lambda episode, step: jax.random.fold_in(jax.random.fold_in(jax.random.key(0), episode), step)
@@ -96,8 +96,7 @@ class HostEpisodesAct:
             keys = jax.vmap(keys)
         self._act = jax.jit(lambda policy, states, obs, start, episodes, steps: act(
             policy, states, obs, start, keys(episodes, steps)))
-        first = jax.vmap(algorithm.act_init)(jnp.arange(width, dtype=jnp.int32))
-        self.states = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (*lead, *leaf.shape)), first)
+        self.states = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (*lead, *leaf.shape)), init_states())
         self.steps = np.zeros((*lead, width), np.uint32)
 
     def __call__(self, policy: Any, obs: np.ndarray, start: np.ndarray, episodes: np.ndarray) -> np.ndarray:
