@@ -18,6 +18,7 @@ from algorithms.apex import ApexConfig, make_apex  # noqa: E402
 from algorithms.common.dqn_family import weighted_td_loss  # noqa: E402
 from algorithms.common.networks import QNetwork  # noqa: E402
 from algorithms.common.targets import huber  # noqa: E402
+from algorithms.common.transition import Transition  # noqa: E402
 from envs import make  # noqa: E402
 from framework.anakin.trainer import learner_parallel_programs  # noqa: E402
 from framework.core.compose import single_program  # noqa: E402
@@ -56,10 +57,11 @@ def two_devices_against_one(batch_size: int = 16) -> dict:
     obs = jax.random.normal(keys[0], (batch_size, 4))
     params = network.init(keys[1], obs)
     target_params = jax.tree.map(lambda p: p + 0.1, params)
-    items = {"obs": obs, "action": jax.random.bernoulli(keys[2], 0.5, (batch_size,)).astype(jnp.int32),
-             "n_step_return": jax.random.normal(keys[3], (batch_size,)),
-             "bootstrap_discount": jnp.where(jnp.arange(batch_size) % 5 == 0, 0.0, 0.97),
-             "bootstrap_obs": jax.random.normal(keys[4], (batch_size, 4)), "valid": jnp.ones(batch_size)}
+    items = Transition(obs=obs, action=jax.random.bernoulli(keys[2], 0.5, (batch_size,)).astype(jnp.int32),
+                       n_step_return=jax.random.normal(keys[3], (batch_size,)),
+                       bootstrap_obs=jax.random.normal(keys[4], (batch_size, 4)),
+                       bootstrap_discount=jnp.where(jnp.arange(batch_size) % 5 == 0, 0.0, 0.97),
+                       valid=jnp.ones(batch_size))
     weights = jax.random.uniform(keys[5], (batch_size,), minval=0.1, maxval=1.0)
     optimizer = optax.chain(optax.clip_by_global_norm(40.0), optax.adam(1e-2))
 

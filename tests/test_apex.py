@@ -12,6 +12,7 @@ from algorithms.apex import ApexConfig, make_apex
 from algorithms.common.dqn_family import actor_priorities
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
+from algorithms.common.transition import Transition
 from envs import make
 from framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
 from framework.core.compose import single_program
@@ -47,9 +48,9 @@ def test_actor_priority_is_abs_td_error_by_hand():
     network = QNetwork(num_actions=2, hidden_sizes=(3,), dueling=False)
     obs = jnp.array([[0.5, -1.0], [1.0, 2.0], [0.2, 0.3]])
     params = network.init(jax.random.key(0), obs)
-    items = {"obs": obs, "action": jnp.array([1, 0, 1]), "n_step_return": jnp.array([1.0, 2.0, 0.5]),
-             "bootstrap_discount": jnp.array([0.9, 0.0, 0.81]), "bootstrap_obs": obs[::-1],
-             "valid": jnp.array([1.0, 1.0, 0.0])}
+    items = Transition(obs=obs, action=jnp.array([1, 0, 1]), n_step_return=jnp.array([1.0, 2.0, 0.5]),
+                       bootstrap_obs=obs[::-1], bootstrap_discount=jnp.array([0.9, 0.0, 0.81]),
+                       valid=jnp.array([1.0, 1.0, 0.0]))
     q = np.asarray(network.apply(params, obs))
     next_q = np.asarray(network.apply(params, obs[::-1]))
     # double Q with the actor's single copy of the parameters reduces to max over its own values
@@ -156,7 +157,7 @@ def test_the_replay_items_are_not_copied_by_an_update(small_apex):
     # copy the whole buffer at every update
     config, programs, run_chunk = small_apex
     state = jax.eval_shape(programs.init, jax.random.key(0)[None])
-    obs = state.learner.replay_state.experience["obs"]
+    obs = state.learner.replay_state.experience.obs
     item_dims = ",".join(map(str, obs.shape[2:]))  # past the device and seed axes
     assert re.search(rf"f32\[(\d+,)*{item_dims}\]", run_chunk.as_text()), "the items are not where this test looks"
     copies = [line for line in run_chunk.as_text().splitlines()

@@ -124,10 +124,10 @@ def test_the_frame_replay_fed_from_a_game_gives_back_the_engines_stacks():
     positions = np.arange(steps - capacity + 4, steps - n + 1)  # every position still whole in the ring
     for env_index in range(2):
         items = replay.gather_items(state, env_index * capacity + positions % capacity)
-        valid = items["valid"].astype(bool)
+        valid = items.valid.astype(bool)
         assert valid.sum() > 0.9 * len(positions)
         engine = np.array(engine_stacks)[positions, env_index]
-        assert np.array_equal(np.asarray(items["obs"])[valid], engine[valid])
+        assert np.array_equal(np.asarray(items.obs)[valid], engine[valid])
         assert np.array(acted)[positions, env_index][valid].all()  # no item starts at a reset step
 
 

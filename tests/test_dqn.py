@@ -8,6 +8,7 @@ import pytest
 
 from algorithms.common.networks import QNetwork
 from algorithms.common.targets import td_errors
+from algorithms.common.transition import Transition
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
 from framework.core.compose import single_program
@@ -46,15 +47,16 @@ BATCH_CASES = {
 def test_td_errors_by_hand(tiny, double_q):
     network, params, target_params = tiny
     returns, discounts = map(jnp.array, zip(*BATCH_CASES.values(), strict=True))
-    batch = {"obs": jnp.array([[0.5, -1.0], [1.0, 2.0], [-0.3, 0.7], [2.0, 0.1]]), "action": jnp.array([0, 1, 1, 0]),
-             "n_step_return": returns, "bootstrap_discount": discounts,
-             "bootstrap_obs": jnp.array([[0.0, 0.0], [1.5, -0.5], [0.2, 0.2], [-1.0, 1.0]])}
+    batch = Transition(obs=jnp.array([[0.5, -1.0], [1.0, 2.0], [-0.3, 0.7], [2.0, 0.1]]),
+                       action=jnp.array([0, 1, 1, 0]), n_step_return=returns,
+                       bootstrap_obs=jnp.array([[0.0, 0.0], [1.5, -0.5], [0.2, 0.2], [-1.0, 1.0]]),
+                       bootstrap_discount=discounts, valid=jnp.ones(4))
     errors, _ = td_errors(params, target_params, batch, network, double_q)
-    obs, next_obs = np.asarray(batch["obs"]), np.asarray(batch["bootstrap_obs"])
+    obs, next_obs = np.asarray(batch.obs), np.asarray(batch.bootstrap_obs)
     online_next, target_next = numpy_q(params, next_obs), numpy_q(target_params, next_obs)
     best = online_next.argmax(axis=1) if double_q else target_next.argmax(axis=1)
     expected_targets = np.asarray(returns) + np.asarray(discounts) * target_next[np.arange(4), best]
-    expected = expected_targets - numpy_q(params, obs)[np.arange(4), np.asarray(batch["action"])]
+    expected = expected_targets - numpy_q(params, obs)[np.arange(4), np.asarray(batch.action)]
     np.testing.assert_allclose(errors, expected, rtol=1e-5, atol=1e-6)
     assert errors[0] == pytest.approx(1.0 - numpy_q(params, obs)[0, 0], rel=1e-5), "a terminal item bootstrapped"
 
@@ -114,12 +116,12 @@ def test_replay_items_follow_the_trajectory(n_step):
             if terminated or truncated or k == n_step - 1:
                 bootstrap, discount = next_obs, 0.0 if terminated else discount
                 break
-        np.testing.assert_array_equal(items["obs"][t], obs)
-        assert items["action"][t] == action and items["valid"][t] == 1.0
-        assert items["n_step_return"][t] == pytest.approx(expected_return)
-        assert items["bootstrap_discount"][t] == pytest.approx(discount)
-        np.testing.assert_array_equal(items["bootstrap_obs"][t], bootstrap)
-    assert all(items["valid"][: n_step - 1] == 0.0)
+        np.testing.assert_array_equal(items.obs[t], obs)
+        assert items.action[t] == action and items.valid[t] == 1.0
+        assert items.n_step_return[t] == pytest.approx(expected_return)
+        assert items.bootstrap_discount[t] == pytest.approx(discount)
+        np.testing.assert_array_equal(items.bootstrap_obs[t], bootstrap)
+    assert all(items.valid[: n_step - 1] == 0.0)
     # terminations and time limits, inside full windows, and more than one action
     assert any(step[3] for step in trajectory[n_step:]) and any(step[4] for step in trajectory[n_step:])
     assert len({step[1] for step in trajectory}) > 1

@@ -107,7 +107,7 @@ def stream():
 
 def _all_items(jitted, state):
     batch = jitted.gather_items(state, np.arange(NUM_ENVS * CAPACITY))
-    return {key: np.asarray(value) for key, value in batch.items()}
+    return jax.tree.map(np.asarray, batch)
 
 
 def test_every_slot_matches_the_naive_stacked_transitions_after_every_block(stream):
@@ -121,16 +121,16 @@ def test_every_slot_matches_the_naive_stacked_transitions_after_every_block(stre
             env, position = divmod(index, CAPACITY)
             position = _slot_position(written, position, CAPACITY)
             expected_valid = _naive_valid(stream, env, position, written, CAPACITY)
-            assert items["valid"][index] == float(expected_valid), (block, env, position)
+            assert items.valid[index] == float(expected_valid), (block, env, position)
             if not expected_valid:
                 seen.add("reset step" if 0 <= position < written and not stream["acted"][position, env] else "invalid")
                 continue
             obs, action, n_step_return, bootstrap_obs, bootstrap_discount, ended_at = _naive_item(stream, env, position)
-            np.testing.assert_array_equal(items["obs"][index], obs)
-            assert items["action"][index] == action
-            np.testing.assert_allclose(items["n_step_return"][index], n_step_return, rtol=1e-5, atol=1e-6)
-            np.testing.assert_array_equal(items["bootstrap_obs"][index], bootstrap_obs)
-            np.testing.assert_allclose(items["bootstrap_discount"][index], bootstrap_discount, rtol=1e-6)
+            np.testing.assert_array_equal(items.obs[index], obs)
+            assert items.action[index] == action
+            np.testing.assert_allclose(items.n_step_return[index], n_step_return, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(items.bootstrap_obs[index], bootstrap_obs)
+            np.testing.assert_allclose(items.bootstrap_discount[index], bootstrap_discount, rtol=1e-6)
             if not obs[..., 0].any():
                 seen.add("episode start in the stack")
             if stream["lost_life"][max(position - STACK + 1, 0):position, env].any():
@@ -147,7 +147,7 @@ def _valid_mask(replay, stream, blocks):
     state = replay.init()
     for block in range(blocks):
         state = replay.add(state, _steps(stream, block))
-    return _all_items(replay, state)["valid"].reshape(NUM_ENVS, CAPACITY).astype(bool)
+    return _all_items(replay, state).valid.reshape(NUM_ENVS, CAPACITY).astype(bool)
 
 
 def test_a_restarted_stream_invalidates_exactly_the_n_items_before_it():
@@ -207,7 +207,7 @@ def test_prioritized_sampling_frequencies_and_probabilities(prioritized):
     indices = np.asarray(indices).ravel()
     target = expected.astype(np.float64) / expected.sum()
     np.testing.assert_allclose(np.asarray(probabilities).ravel(), target[indices], rtol=1e-5)
-    assert np.asarray(batch["valid"]).all()
+    assert np.asarray(batch.valid).all()
     counts = np.bincount(indices, minlength=NUM_ENVS * CAPACITY)
     drawable = expected > 0
     assert not counts[~drawable].any()
@@ -230,11 +230,11 @@ def test_a_draw_of_probability_zero_comes_back_invalid():
     for block in range(5):
         steps = {key: value[:, :1] for key, value in _steps(stream, block).items()}
         state = replay.add(state, steps, np.zeros((BLOCK, 1), np.float32))
-    assert replay.gather_items(state, np.array([31]))["valid"][0] == 1.0
+    assert replay.gather_items(state, np.array([31])).valid[0] == 1.0
     # every priority 0: each walk down the tree ends at the last leaf, a valid item of probability 0
     batch, indices, probabilities = replay.sample(state, np.random.default_rng(8).random(64, np.float32))
     assert (np.asarray(indices) == 31).all() and not np.asarray(probabilities).any()
-    assert not np.asarray(batch["valid"]).any()
+    assert not np.asarray(batch.valid).any()
 
 
 @pytest.mark.parametrize("blocks", [2, BLOCKS])  # 14 steps in 24 slots: half empty; 70: wrapped around
@@ -246,7 +246,7 @@ def test_uniform_draws_stay_in_the_stored_range_and_mark_invalid_ones(stream, bl
     written = blocks * BLOCK
     random_bits = np.random.default_rng(blocks).integers(0, 2**32, (200, 64), np.uint32)
     batch, indices, probabilities = jax.jit(jax.vmap(lambda bits: replay.sample(state, bits)))(random_bits)
-    indices, valid = np.asarray(indices).ravel(), np.asarray(batch["valid"]).ravel()
+    indices, valid = np.asarray(indices).ravel(), np.asarray(batch.valid).ravel()
     env, slot = np.divmod(indices, CAPACITY)
     position = _slot_position(written, slot, CAPACITY)
     first, last = max(written - CAPACITY + STACK, 0), written - N_STEP  # the stack in the ring, the window written

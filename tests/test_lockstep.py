@@ -94,5 +94,5 @@ def test_lockstep_on_the_host_equals_the_single_program():
     # ~6e-7 apart), which ten Adam steps carry into the parameters (seen up to 3e-5 relative); the actions agree
     for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(single), strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5)
-    np.testing.assert_array_equal(host.replay_state.experience["action"], single.replay_state.experience["action"])
+    np.testing.assert_array_equal(host.replay_state.experience.action, single.replay_state.experience.action)
     assert int(single.updates[0]) == 2 * (ROUNDS - 1)  # the comparison covers learned rounds

@@ -79,19 +79,19 @@ def test_the_oldest_item_is_the_n_step_transition_from_the_window_start(pushed):
     for t, window in enumerate(history):
         item = jax.tree.map(np.asarray, item_fn(window))
         if t < N - 1:  # not a full window yet: the item is marked invalid
-            np.testing.assert_array_equal(item["valid"], np.zeros(NUM_ENVS, np.float32))
+            np.testing.assert_array_equal(item.valid, np.zeros(NUM_ENVS, np.float32))
             continue
         start = t - N + 1
-        np.testing.assert_array_equal(item["valid"], np.ones(NUM_ENVS, np.float32))
-        np.testing.assert_array_equal(item["obs"], steps[start]["obs"])
-        np.testing.assert_array_equal(item["action"], steps[start]["action"])
+        np.testing.assert_array_equal(item.valid, np.ones(NUM_ENVS, np.float32))
+        np.testing.assert_array_equal(item.obs, steps[start]["obs"])
+        np.testing.assert_array_equal(item.action, steps[start]["action"])
         for env in range(NUM_ENVS):
             per_env = [{k: v[env] for k, v in s.items()} for s in steps]
             n_step_return, bootstrap_obs, discount = reference_transition(per_env, start, N, GAMMA)
-            assert item["n_step_return"][env] == pytest.approx(n_step_return, rel=1e-5, abs=1e-6)
-            np.testing.assert_array_equal(item["bootstrap_obs"][env], bootstrap_obs)
-            assert item["bootstrap_discount"][env] == pytest.approx(discount, rel=1e-6)
-    assert item["valid"].dtype == np.float32
+            assert item.n_step_return[env] == pytest.approx(n_step_return, rel=1e-5, abs=1e-6)
+            np.testing.assert_array_equal(item.bootstrap_obs[env], bootstrap_obs)
+            assert item.bootstrap_discount[env] == pytest.approx(discount, rel=1e-6)
+    assert item.valid.dtype == np.float32
 
 
 def test_a_one_step_window_is_valid_at_once():
@@ -101,7 +101,7 @@ def test_a_one_step_window_is_valid_at_once():
     window = push(empty_window(obs, 1), step, 1)
     item = oldest_transition(window, GAMMA)
     assert int(window.filled) == 1
-    np.testing.assert_array_equal(item["valid"], [1.0, 1.0])
-    np.testing.assert_allclose(item["n_step_return"], [1.5, -2.0])
-    np.testing.assert_allclose(item["bootstrap_discount"], [0.0, GAMMA])
-    np.testing.assert_array_equal(item["action"], [1, 2])
+    np.testing.assert_array_equal(item.valid, [1.0, 1.0])
+    np.testing.assert_allclose(item.n_step_return, [1.5, -2.0])
+    np.testing.assert_allclose(item.bootstrap_discount, [0.0, GAMMA])
+    np.testing.assert_array_equal(item.action, [1, 2])

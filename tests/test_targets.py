@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from algorithms.common.targets import huber, n_step_transition, q_targets, squared, td_errors
+from algorithms.common.transition import Transition
 
 GAMMA = 0.5
 REWARDS = jnp.array([1.0, 2.0, 4.0])
@@ -86,8 +87,9 @@ class LinearQ:
 def linear_batch():
     rng = np.random.default_rng(0)
     params, target_params = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
-    batch = {"obs": rng.normal(size=(5, 3)), "action": np.array([0, 3, 1, 2, 3]), "n_step_return": rng.normal(size=5),
-             "bootstrap_discount": np.array([0.0, 0.9, 0.81, 0.5, 0.9]), "bootstrap_obs": rng.normal(size=(5, 3))}
+    batch = Transition(obs=rng.normal(size=(5, 3)), action=np.array([0, 3, 1, 2, 3]), n_step_return=rng.normal(size=5),
+                       bootstrap_obs=rng.normal(size=(5, 3)), bootstrap_discount=np.array([0.0, 0.9, 0.81, 0.5, 0.9]),
+                       valid=np.ones(5))
     as_jax = lambda x: jnp.asarray(x, jnp.int32 if x.dtype.kind == "i" else jnp.float32)
     to_jax = lambda tree: jax.tree.map(as_jax, tree)
     return params, target_params, batch, to_jax
@@ -97,11 +99,11 @@ def linear_batch():
 def test_td_errors_against_numpy(linear_batch, double_q):
     params, target_params, batch, to_jax = linear_batch
     errors, chosen = td_errors(to_jax(params), to_jax(target_params), to_jax(batch), LinearQ, double_q)
-    online_next, target_next = batch["bootstrap_obs"] @ params, batch["bootstrap_obs"] @ target_params
+    online_next, target_next = batch.bootstrap_obs @ params, batch.bootstrap_obs @ target_params
     best = (online_next if double_q else target_next).argmax(axis=1)
     assert (online_next.argmax(axis=1) != target_next.argmax(axis=1)).any(), "the two selections never differ"
-    expected_chosen = (batch["obs"] @ params)[np.arange(5), batch["action"]]
-    expected = batch["n_step_return"] + batch["bootstrap_discount"] * target_next[np.arange(5), best] - expected_chosen
+    expected_chosen = (batch.obs @ params)[np.arange(5), batch.action]
+    expected = batch.n_step_return + batch.bootstrap_discount * target_next[np.arange(5), best] - expected_chosen
     np.testing.assert_allclose(chosen, expected_chosen, rtol=1e-5)
     np.testing.assert_allclose(errors, expected, rtol=1e-5, atol=1e-5)
 
@@ -110,7 +112,7 @@ def test_td_errors_pass_no_gradient_through_the_target(linear_batch):
     """With the online network as its own target (double Q), d(sum of errors)/dW is -d(sum of Q(s, a))/dW."""
     params, _, batch, to_jax = linear_batch
     gradient = jax.grad(lambda w: td_errors(w, w, to_jax(batch), LinearQ, True)[0].sum())(to_jax(params))
-    expected = -batch["obs"].T @ np.eye(4)[batch["action"]]
+    expected = -batch.obs.T @ np.eye(4)[batch.action]
     np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-6)
 
 

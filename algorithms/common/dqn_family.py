@@ -21,8 +21,9 @@ from algorithms.common.networks import QNetwork, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, clipped_adam
 from algorithms.common.prioritized_replay import importance_weights
-from algorithms.common.replays import Replay
+from algorithms.common.replays import Record, Replay
 from algorithms.common.targets import td_errors
+from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Metrics
 from framework.core.devices import mean_over_devices
 
@@ -79,18 +80,18 @@ class QLearner:
     updates: jax.Array  # learner updates so far (batches)
 
 
-def weighted_td_loss(params: Any, target_params: Any, batch: dict, weights: jax.Array, network: QNetwork,
+def weighted_td_loss(params: Any, target_params: Any, batch: Transition, weights: jax.Array, network: QNetwork,
                      double_q: bool, td_loss: Callable) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Mean weighted TD loss over the valid items (an unfilled window's are not), with the TD errors and Q."""
     errors, chosen = td_errors(params, target_params, batch, network, double_q)
-    valid = batch["valid"]
+    valid = batch.valid
     return (weights * valid * td_loss(errors)).sum() / jnp.maximum(valid.sum(), 1.0), (errors, chosen)
 
 
-def actor_priorities(actor_params: Any, items: dict, network: QNetwork, double_q: bool) -> jax.Array:
+def actor_priorities(actor_params: Any, items: Transition, network: QNetwork, double_q: bool) -> jax.Array:
     """|TD error| + epsilon under the actor's own parameters; 0 for items of an unfilled window."""
     errors, _ = td_errors(actor_params, actor_params, items, network, double_q)
-    return (jnp.abs(errors) + PRIORITY_EPSILON) * items["valid"]
+    return (jnp.abs(errors) + PRIORITY_EPSILON) * items.valid
 
 
 def annealed_beta(prioritized: Prioritized, updates: jax.Array) -> jax.Array:
@@ -115,7 +116,7 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
         action = epsilon_greedy(network.apply(params, obs), epsilon, jax.random.uniform(key))
         return action, clock._replace(env_steps=clock.env_steps + s.num_envs)
 
-    def observe(params: Any, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, dict, Optional[jax.Array]]:
+    def observe(params: Any, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Record, Optional[jax.Array]]:
         """Push the step into every env's window; the item that starts at each window's oldest step."""
         window = push(window, {"obs": step.obs, "action": step.action, "reward": step.reward,
                                "terminated": step.terminated, "truncated": step.truncated,
@@ -133,7 +134,7 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
         return QLearner(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params,
                         replay.init(obs), jnp.int32(0))
 
-    def insert(learner: QLearner, items: dict, priorities: Optional[jax.Array]) -> QLearner:
+    def insert(learner: QLearner, items: Record, priorities: Optional[jax.Array]) -> QLearner:
         return learner.replace(replay_state=replay.add(learner.replay_state, items, priorities))
 
     def learn(learner: QLearner, key: jax.Array, env_steps: jax.Array) -> tuple[QLearner, Metrics]:
@@ -155,7 +156,7 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
                 grads = mean_over_devices(grads)
             train_state = apply_gradients(train_state, grads, step_size)
             if prioritized is not None:  # slots without a complete transition keep priority 0: never drawn again
-                new_priorities = (jnp.abs(errors) + PRIORITY_EPSILON) * batch["valid"]
+                new_priorities = (jnp.abs(errors) + PRIORITY_EPSILON) * batch.valid
                 tree = replay.set_priorities(replay_state, indices, new_priorities).sum_tree_state
             updates = updates + 1
             if s.tau < 1.0:

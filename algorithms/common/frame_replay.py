@@ -29,6 +29,7 @@ from flax import struct
 
 from algorithms.common.prioritized_replay import set_leaves, stratified_sample
 from algorithms.common.targets import n_step_transition
+from algorithms.common.transition import Transition
 
 
 @struct.dataclass
@@ -51,7 +52,7 @@ class FrameReplay(NamedTuple):
     add: Any  # (state, steps [T, num_envs, ...], priorities [T, num_envs] or None) -> state
     sample: Any  # (state, random_bits [batch] uint32 | uniforms [batch]) -> (batch, indices, probabilities)
     set_priorities: Any  # (state, indices, priorities) -> state; raw priorities; None for uniform replay
-    gather_items: Any  # (state, flat indices [B]) -> the items stored there, `valid` marking the usable ones
+    gather_items: Any  # (state, flat indices [B]) -> the Transitions stored there, `valid` marking the usable ones
     bytes_per_transition: float  # storage of the whole state / (num_envs * capacity_per_env)
 
 
@@ -99,7 +100,7 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
         frames = jnp.where((later_starts == 0)[:, :, None, None], frames, jnp.zeros((), frames.dtype))
         return jnp.moveaxis(frames, 1, -1)
 
-    def gather_items(state: FrameReplayState, indices: jax.Array) -> dict:
+    def gather_items(state: FrameReplayState, indices: jax.Array) -> Transition:
         """The items at flat indices env * capacity_per_env + slot, as `nstep.oldest_transition` builds them."""
         env, position = indices // capacity, position_of(state, indices % capacity)
         window = position[:, None] + jnp.arange(n_step)
@@ -107,10 +108,10 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
         # positions stand in for the next observations: the bootstrap comes back as a position
         n_step_return, bootstrap_position, bootstrap_discount = n_step_transition(
             per_step(state.reward), per_step(state.terminated), per_step(state.truncated), (window + 1).T, discount)
-        return {"obs": stacked(state, env, position), "action": state.action[env, position % capacity],
-                "n_step_return": n_step_return, "bootstrap_obs": stacked(state, env, bootstrap_position),
-                "bootstrap_discount": bootstrap_discount,
-                "valid": is_valid(state, env, position).astype(jnp.float32)}
+        return Transition(obs=stacked(state, env, position), action=state.action[env, position % capacity],
+                          n_step_return=n_step_return, bootstrap_obs=stacked(state, env, bootstrap_position),
+                          bootstrap_discount=bootstrap_discount,
+                          valid=is_valid(state, env, position).astype(jnp.float32))
 
     def write(state: FrameReplayState, steps: dict) -> FrameReplayState:
         block, start = steps["frame"].shape[0], state.write_position
@@ -162,7 +163,7 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
         if draws.shape != (batch_size,):
             raise ValueError(f"expected one draw per item of a batch of {batch_size}, got shape {draws.shape}")
 
-    def sample_uniform(state: FrameReplayState, random_bits: jax.Array) -> tuple[dict, jax.Array, jax.Array]:
+    def sample_uniform(state: FrameReplayState, random_bits: jax.Array) -> tuple[Transition, jax.Array, jax.Array]:
         """Drawn uniformly (modulo bias < stored / 2^32) over the positions where the ring's bounds allow
         an item: a stack inside the ring, a written window; others (reset steps, cut) come back invalid."""
         check_batch(random_bits)
@@ -172,12 +173,12 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
         indices = draws // per_env * capacity + (first + draws % per_env) % capacity
         return gather_items(state, indices), indices, jnp.full(random_bits.shape, 1.0 / (num_envs * per_env))
 
-    def sample_prioritized(state: FrameReplayState, uniforms: jax.Array) -> tuple[dict, jax.Array, jax.Array]:
+    def sample_prioritized(state: FrameReplayState, uniforms: jax.Array) -> tuple[Transition, jax.Array, jax.Array]:
         """`uniforms` in [0, 1), one per stratum; an item drawn with probability 0 comes back invalid."""
         check_batch(uniforms)
         indices, probabilities = stratified_sample(state.sum_tree_state, uniforms)
         batch = gather_items(state, indices)
-        return {**batch, "valid": batch["valid"] * (probabilities > 0)}, indices, probabilities
+        return batch._replace(valid=batch.valid * (probabilities > 0)), indices, probabilities
 
     def set_priorities(state: FrameReplayState, indices: jax.Array, priorities: jax.Array) -> FrameReplayState:
         """Raw priorities (the exponent applied here); an invalid item's stays 0, so it is never drawn."""

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from algorithms.common.targets import n_step_transition
+from algorithms.common.transition import Transition
 
 
 @struct.dataclass
@@ -38,7 +39,7 @@ def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:
     return NStepWindow(**fields, filled=jnp.minimum(window.filled + 1, n))
 
 
-def oldest_transition(window: NStepWindow, discount: float) -> dict:
+def oldest_transition(window: NStepWindow, discount: float) -> Transition:
     """The replay item that starts at the window's oldest step, valid once the window is full."""
     n_step_return, bootstrap_obs, bootstrap_discount = n_step_transition(
         window.reward, window.terminated, window.truncated, window.next_obs, discount)
@@ -46,6 +47,6 @@ def oldest_transition(window: NStepWindow, discount: float) -> dict:
     valid = jnp.broadcast_to(window.filled >= window.reward.shape[0], (num_envs,))
     if window.acted is not None:
         valid = valid & window.acted[0]
-    return {"obs": window.obs[0], "action": window.action[0], "n_step_return": n_step_return,
-            "bootstrap_obs": bootstrap_obs, "bootstrap_discount": bootstrap_discount,
-            "valid": valid.astype(jnp.float32)}
+    return Transition(obs=window.obs[0], action=window.action[0], n_step_return=n_step_return,
+                      bootstrap_obs=bootstrap_obs, bootstrap_discount=bootstrap_discount,
+                      valid=valid.astype(jnp.float32))

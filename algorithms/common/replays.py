@@ -7,7 +7,7 @@
   keeps each frame once and rebuilds stacks and n-step returns when it samples (a stacked item pair is 56 KB,
   a frame 7 KB). The actors still keep their windows, for Ape-X's initial priorities.
 
-Both sample the same batch dict (obs, action, n_step_return, bootstrap_obs, bootstrap_discount, valid).
+Both sample the same batch: a Transition (algorithms/common/transition.py) with a leading batch axis.
 """
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -16,16 +16,18 @@ import jax
 from algorithms.common.frame_replay import make_frame_replay
 from algorithms.common.nstep import empty_window, oldest_transition
 from algorithms.common.prioritized_replay import make_prioritized_replay
+from algorithms.common.transition import Transition
 from algorithms.common.uniform_replay import make_uniform_replay
 
 FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "start", "fresh")
+Record = Transition | dict  # what an actor sends the replay: its n-step items, or a frame replay's steps
 
 
 class Replay(NamedTuple):
     init: Callable[[jax.Array], Any]  # the actors' first observations [num_envs, ...] -> an empty replay
-    record: Callable[[dict, dict], dict]  # (the window's n-step items, the host step) -> what an actor sends
+    record: Callable[[Transition, dict], Record]  # (the window's n-step items, the host step) -> what an actor sends
     add: Callable[..., Any]  # (state, records [T, num_envs, ...], priorities [T, num_envs] or None) -> state
-    sample: Callable[..., tuple[dict, Any, Any]]  # (state, draws [batch]) -> (batch, indices, probabilities)
+    sample: Callable[..., tuple[Transition, Any, Any]]  # (state, draws [batch]) -> (batch, indices, probabilities)
     set_priorities: Optional[Callable[..., Any]]  # prioritized: (state, indices, raw priorities) -> state
     frames: bool  # records are frame steps, not n-step items
     stored_priorities: Optional[Callable[[Any], jax.Array]] = None  # prioritized items: every slot's raw priority
@@ -37,7 +39,7 @@ def frame_step(step: dict) -> dict:
             **{key: step[key] for key in FRAME_STEP_KEYS}}
 
 
-def example_item(obs: jax.Array, n_step: int, discount: float) -> dict:
+def example_item(obs: jax.Array, n_step: int, discount: float) -> Transition:
     """One item's shapes and dtypes for envs whose observations are `obs` [num_envs, ...]."""
     return jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n_step), discount))
 
@@ -48,7 +50,7 @@ def uniform_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_st
         return frame_replay(env, num_envs, capacity, batch_size, n_step, discount, None)
     replay = make_uniform_replay(capacity, batch_size)
 
-    def add(state: Any, items: dict, priorities: None) -> Any:
+    def add(state: Any, items: Transition, priorities: None) -> Any:
         # [steps, envs, ...] -> one sequence of items for the buffer
         return replay.add(state, jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:])[0], items))
 

@@ -5,6 +5,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from algorithms.common.transition import Transition
+
 
 def n_step_transition(rewards: jax.Array, terminated: jax.Array, truncated: jax.Array, next_obs: jax.Array,
                       discount: float) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -49,12 +51,12 @@ def squared(errors: jax.Array) -> jax.Array:
     return 0.5 * errors**2
 
 
-def td_errors(params: Any, target_params: Any, batch: dict, network: nn.Module,
+def td_errors(params: Any, target_params: Any, batch: Transition, network: nn.Module,
               double_q: bool) -> tuple[jax.Array, jax.Array]:
     """(n-step double/plain Q target - Q(s, a), Q(s, a)) for a batch of replay items."""
-    q_values = network.apply(params, batch["obs"])
-    chosen = jnp.take_along_axis(q_values, batch["action"][:, None], axis=-1)[:, 0]
-    online_next = network.apply(params, batch["bootstrap_obs"]) if double_q else None
-    targets = q_targets(batch["n_step_return"], batch["bootstrap_discount"],
-                        network.apply(target_params, batch["bootstrap_obs"]), online_next)
+    q_values = network.apply(params, batch.obs)
+    chosen = jnp.take_along_axis(q_values, batch.action[:, None], axis=-1)[:, 0]
+    online_next = network.apply(params, batch.bootstrap_obs) if double_q else None
+    targets = q_targets(batch.n_step_return, batch.bootstrap_discount,
+                        network.apply(target_params, batch.bootstrap_obs), online_next)
     return jax.lax.stop_gradient(targets) - chosen, chosen
