@@ -5,6 +5,7 @@ import itertools
 import json
 
 import gymnasium
+import jax
 import numpy as np
 import pytest
 from conftest import compose_config
@@ -117,7 +118,7 @@ def test_the_frame_replay_fed_from_a_game_gives_back_the_engines_stacks():
         acted.append(step.acted)
         ended.append(step.ended)
         if len(block) == 10:
-            state = replay.add(state, {key: np.stack([b[key] for b in block]) for key in block[0]})
+            state = replay.add(state, jax.tree.map(lambda *steps: np.stack(steps), *block))
             block = []
     vector.close()
     assert np.array(ended).sum() >= 2 and not np.array(acted).all()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from algorithms.common.frame_replay import make_frame_replay
+from algorithms.common.frame_replay import FrameStep, make_frame_replay
 
 NUM_ENVS, FRAME, STACK, N_STEP, DISCOUNT, BLOCK, ALPHA = 3, (5, 6), 4, 3, 0.9, 7, 0.6
 CAPACITY, BLOCKS = 24, 10  # 70 steps through 24 slots: the ring wraps around twice
@@ -52,8 +52,8 @@ def _engine_stream(seed, length, fresh_at=None, end=0.1, lost_life=0.1, truncati
 
 
 def _steps(stream, block):
-    fields = ["frame", "next_frame", "action", "reward", "terminated", "truncated", "acted", "start", "fresh"]
-    return {key: stream[key][block * BLOCK:(block + 1) * BLOCK] for key in fields}  # numpy: no eager op compiles
+    # numpy: no eager op compiles
+    return FrameStep(**{key: stream[key][block * BLOCK:(block + 1) * BLOCK] for key in FrameStep._fields})
 
 
 def _naive_valid(stream, env, position, written, capacity):
@@ -228,7 +228,7 @@ def test_a_draw_of_probability_zero_comes_back_invalid():
     stream = _engine_stream(7, BLOCK * 5, end=0.0, lost_life=0.0, truncation=0.0)
     state = replay.init()
     for block in range(5):
-        steps = {key: value[:, :1] for key, value in _steps(stream, block).items()}
+        steps = jax.tree.map(lambda value: value[:, :1], _steps(stream, block))
         state = replay.add(state, steps, np.zeros((BLOCK, 1), np.float32))
     assert replay.gather_items(state, np.array([31])).valid[0] == 1.0
     # every priority 0: each walk down the tree ends at the last leaf, a valid item of probability 0

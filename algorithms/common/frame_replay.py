@@ -47,9 +47,23 @@ class FrameReplayState:
     sum_tree_state: Optional[sum_tree.SumTreeState] = None  # prioritised only
 
 
+class FrameStep(NamedTuple):
+    """One vector step as the frame replay stores it, [num_envs, ...] (a block of them: [T, num_envs, ...])."""
+
+    frame: jax.Array  # [..., H, W]: the newest frame of the observation acted on
+    next_frame: jax.Array  # [..., H, W]: the newest frame of the observation after the step, before any reset
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array  # no bootstrap: a real end or a lost life
+    truncated: jax.Array  # bootstrap from the final observation
+    acted: jax.Array  # False: the engine spent the step on a reset
+    start: jax.Array  # the observation is an episode's first
+    fresh: jax.Array  # it begins a new stream (so also an episode) that the ring's previous content does not lead to
+
+
 class FrameReplay(NamedTuple):
     init: Any  # () -> an empty state
-    add: Any  # (state, steps [T, num_envs, ...], priorities [T, num_envs] or None) -> state
+    add: Any  # (state, FrameStep of [T, num_envs, ...], priorities [T, num_envs] or None) -> state
     sample: Any  # (state, random_bits [batch] uint32 | uniforms [batch]) -> (batch, indices, probabilities)
     set_priorities: Any  # (state, indices, priorities) -> state; raw priorities; None for uniform replay
     gather_items: Any  # (state, flat indices [B]) -> the Transitions stored there, `valid` marking the usable ones
@@ -61,12 +75,8 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
                       priority_exponent: float | None = None) -> FrameReplay:
     """Uniform replay if `priority_exponent` is None, else prioritised with that exponent.
 
-    `add` takes a dict of [T, num_envs] arrays: frame, next_frame ([T, num_envs, H, W]), action,
-    reward, terminated (no bootstrap: a real end or a lost life), truncated (bootstrap from the
-    final observation), acted (False: the engine spent the step on a reset), start (the
-    observation is an episode's first) and fresh (it begins a new stream, so also an episode: the
-    ring's previous content does not continue into it). Its `priorities[t]` belong to the item at position
-    h + t - n + 1, whose window that step completes (h: the block's write position).
+    `add` takes a block of steps, a FrameStep of [T, num_envs] arrays. Its `priorities[t]` belong to the item at
+    position h + t - n + 1, whose window that step completes (h: the block's write position).
     """
     capacity = capacity_per_env
     if stack + n_step > capacity:
@@ -113,26 +123,26 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
                           bootstrap_discount=bootstrap_discount,
                           valid=is_valid(state, env, position).astype(jnp.float32))
 
-    def write(state: FrameReplayState, steps: dict) -> FrameReplayState:
-        block, start = steps["frame"].shape[0], state.write_position
+    def write(state: FrameReplayState, steps: FrameStep) -> FrameReplayState:
+        block, start = steps.frame.shape[0], state.write_position
         if block + n_step > capacity:
             raise ValueError(f"a block of {block} steps with n_step {n_step} overlaps itself in {capacity} slots")
         env_major = lambda x: jnp.swapaxes(x, 0, 1)  # [T, num_envs, ...] -> the ring's [num_envs, T, ...]
         slots = (start + jnp.arange(block + 1)) % capacity
-        frames = jnp.concatenate([steps["frame"], steps["next_frame"][-1:]])
+        frames = jnp.concatenate([steps.frame, steps.next_frame[-1:]])
         # a restarted stream's first observation begins an episode; after a reset step the next one does
-        starts = jnp.concatenate([steps["start"] | steps["fresh"], ~steps["acted"][-1:]])
+        starts = jnp.concatenate([steps.start | steps.fresh, ~steps.acted[-1:]])
         # a stream restarting at q cuts the windows of the items at q - n .. q - 1
-        fresh_so_far = jnp.cumsum(jnp.pad(steps["fresh"], ((n_step, n_step), (0, 0))), axis=0)
+        fresh_so_far = jnp.cumsum(jnp.pad(steps.fresh, ((n_step, n_step), (0, 0))), axis=0)
         cut = fresh_so_far[n_step:] - fresh_so_far[:-n_step] > 0  # positions start - n .. start + T - 1
         acted_slots = (start - n_step + jnp.arange(block + n_step)) % capacity
-        acted = jnp.concatenate([env_major(state.acted[:, acted_slots[:n_step]]), steps["acted"]]) & ~cut
+        acted = jnp.concatenate([env_major(state.acted[:, acted_slots[:n_step]]), steps.acted]) & ~cut
         set_steps = lambda stored, new: stored.at[:, slots[:-1]].set(env_major(new))
         return state.replace(
             frames=state.frames.at[:, slots].set(env_major(frames)),
-            action=set_steps(state.action, steps["action"]), reward=set_steps(state.reward, steps["reward"]),
-            terminated=set_steps(state.terminated, steps["terminated"]),
-            truncated=set_steps(state.truncated, steps["truncated"]),
+            action=set_steps(state.action, steps.action), reward=set_steps(state.reward, steps.reward),
+            terminated=set_steps(state.terminated, steps.terminated),
+            truncated=set_steps(state.truncated, steps.truncated),
             start=state.start.at[:, slots].set(env_major(starts)),
             acted=state.acted.at[:, acted_slots].set(env_major(acted)), write_position=start + block)
 
@@ -154,7 +164,7 @@ def make_frame_replay(num_envs: int, capacity_per_env: int, frame_shape: tuple[i
         leaves = jnp.where((completed >= 0) & (completed < block), given, current) * is_valid(state, env, position)
         return state.replace(sum_tree_state=set_leaves(state.sum_tree_state, indices.ravel(), leaves.ravel()))
 
-    def add(state: FrameReplayState, steps: dict, priorities: jax.Array | None = None) -> FrameReplayState:
+    def add(state: FrameReplayState, steps: FrameStep, priorities: jax.Array | None = None) -> FrameReplayState:
         block_start = state.write_position
         state = write(state, steps)
         return state if priority_exponent is None else refresh_leaves(state, block_start, priorities)

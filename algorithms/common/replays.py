@@ -13,14 +13,14 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
-from algorithms.common.frame_replay import make_frame_replay
+from algorithms.common.frame_replay import FrameStep, make_frame_replay
 from algorithms.common.nstep import empty_window, oldest_transition
 from algorithms.common.prioritized_replay import make_prioritized_replay
 from algorithms.common.transition import Transition
 from algorithms.common.uniform_replay import make_uniform_replay
 
 FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "start", "fresh")
-Record = Transition | dict  # what an actor sends the replay: its n-step items, or a frame replay's steps
+Record = Transition | FrameStep  # what an actor sends the replay: its n-step items, or a frame replay's steps
 
 
 class Replay(NamedTuple):
@@ -33,10 +33,10 @@ class Replay(NamedTuple):
     stored_priorities: Optional[Callable[[Any], jax.Array]] = None  # prioritized items: every slot's raw priority
 
 
-def frame_step(step: dict) -> dict:
+def frame_step(step: dict) -> FrameStep:
     """A host step as a frame replay stores it: the newest frame of each observation and the step's flags."""
-    return {"frame": step["obs"][..., -1], "next_frame": step["final_obs"][..., -1],
-            **{key: step[key] for key in FRAME_STEP_KEYS}}
+    return FrameStep(frame=step["obs"][..., -1], next_frame=step["final_obs"][..., -1],
+                     **{key: step[key] for key in FRAME_STEP_KEYS})
 
 
 def example_item(obs: jax.Array, n_step: int, discount: float) -> Transition:
