@@ -13,6 +13,7 @@ threads' loop and the programs both sides call are in framework/sebulba/actor.py
 published after learner round k-1, then its share of samples is drawn, so a run is reproducible.
 Reproducibility in free mode is not promised: the thread schedule decides which parameters an action used.
 """
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -65,6 +66,18 @@ def actor_slots(train: TrainConfig) -> tuple[str, int]:
     return "runtime.num_actor_threads", train.runtime.num_actor_threads
 
 
+@dataclasses.dataclass(frozen=True)
+class HostCounters:
+    """Where a host run's learner stands: what a checkpoint keeps beside its state (as JSON) to resume from."""
+
+    rounds_inserted: int  # rounds of every actor's blocks inserted into replay
+    rounds_learned: int  # learner rounds done
+    learner_updates: int  # learner updates (batches) so far
+    learns_since_insert: int  # learner rounds since the last insert: folded into the round's learner key
+    inserts: int  # the rate limiter's inserted items
+    samples: int  # the rate limiter's sampled items
+
+
 class Report(NamedTuple):
     """What the learner hands the main thread at an env-step boundary."""
 
@@ -72,7 +85,7 @@ class Report(NamedTuple):
     params: Any  # a copy of every seed's parameters at exactly these env steps
     metrics: dict  # the learner's last round's metrics (host values per seed)
     last: bool  # the run's last round, or the round after a stop was requested
-    checkpoint: Optional[tuple[Any, dict]] = None  # (host copy of the learner state, counters) at a quiet point
+    checkpoint: Optional[tuple[Any, HostCounters]] = None  # (host copy of the learner state, counters) at a quiet point
 
 
 class HostRun:
@@ -115,18 +128,17 @@ class HostRun:
         """The device state a checkpoint holds (its shapes are the restore's template)."""
         return {"learner": self.learner, "round_keys": self.round_keys, "learn_keys": self.learn_keys}
 
-    def counters(self) -> dict:
-        return {"rounds_inserted": self.rounds_inserted, "rounds_learned": self.rounds_learned,
-                "learner_updates": self.learner_updates, "learns_since_insert": self.learns_since_insert,
-                "inserts": self.limiter.inserts,
-                "samples": self.limiter.samples}
+    def counters(self) -> HostCounters:
+        return HostCounters(rounds_inserted=self.rounds_inserted, rounds_learned=self.rounds_learned,
+                            learner_updates=self.learner_updates, learns_since_insert=self.learns_since_insert,
+                            inserts=self.limiter.inserts, samples=self.limiter.samples)
 
-    def restore(self, state: dict, counters: dict) -> None:
+    def restore(self, state: dict, counters: HostCounters) -> None:
         """A checkpoint's learner, replay and counters; blocks that were in flight when it was taken are gone."""
         self.learner, self.round_keys, self.learn_keys = state["learner"], state["round_keys"], state["learn_keys"]
-        self.rounds_inserted, self.rounds_learned = counters["rounds_inserted"], counters["rounds_learned"]
-        self.learner_updates, self.learns_since_insert = counters["learner_updates"], counters["learns_since_insert"]
-        self.limiter.inserts, self.limiter.samples = counters["inserts"], counters["samples"]
+        self.rounds_inserted, self.rounds_learned = counters.rounds_inserted, counters.rounds_learned
+        self.learner_updates, self.learns_since_insert = counters.learner_updates, counters.learns_since_insert
+        self.limiter.inserts, self.limiter.samples = counters.inserts, counters.samples
 
     def start_actors(self) -> None:
         """Every thread's envs, reset from the run's seed and the env step it starts at (so a resumed run
@@ -404,7 +416,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     loop = RunLoop(train, cfg, run_dir, env, algorithm, seconds, sweep_group, checkpointer, best)
     state, counters = loop.resume(run.checkpoint_state())
     if counters is not None:
-        run.restore(state, counters)
+        run.restore(state, HostCounters(**counters))  # the checkpoint's JSON keeps them as a dict
     progress, history = loop.progress, loop.history
     reports, stop_signal = BoundedQueue(4), StopSignal()
     summary, interrupted_by, learner, final_params = None, None, None, None
@@ -448,7 +460,7 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
                     if report.checkpoint is not None:
                         state, counters = report.checkpoint
                         with stop_signal.progress.busy():  # a replay of gigabytes takes its time to write
-                            loop.checkpoint(report.env_steps, state, counters)
+                            loop.checkpoint(report.env_steps, state, dataclasses.asdict(counters))
                     if report.last or history.all_solved:
                         if run.stop_requested and run.rounds_inserted < run.num_rounds:
                             interrupted_by = stop.signal.name
