@@ -137,6 +137,7 @@ def learner_rows(batch_sizes: tuple[int, ...] = (32, 512), updates: int = 4) -> 
 
     from algorithms.common.networks import NATURE_LAYERS, StridedConv
     from algorithms.common.targets import huber, td_errors
+    from algorithms.common.transition import Transition
 
     def flax_conv(features: int, size: int, stride: int) -> nn.Module:
         return nn.Conv(features, (size, size), (stride, stride), padding="VALID")
@@ -157,8 +158,9 @@ def learner_rows(batch_sizes: tuple[int, ...] = (32, 512), updates: int = 4) -> 
         network = DuelingNature(conv)
         obs = jnp.zeros((batch_size, 84, 84, 4), jnp.uint8)
         params = network.init(jax.random.key(0), obs)
-        batch = {"obs": obs, "bootstrap_obs": obs, "action": jnp.zeros(batch_size, jnp.int32),
-                 "n_step_return": jnp.ones(batch_size), "bootstrap_discount": jnp.full(batch_size, 0.99)}
+        batch = Transition(obs=obs, action=jnp.zeros(batch_size, jnp.int32), n_step_return=jnp.ones(batch_size),
+                           bootstrap_obs=obs, bootstrap_discount=jnp.full(batch_size, 0.99),
+                           valid=jnp.ones(batch_size))
         optimizer = optax.adam(1e-4)
 
         def update(carry, _):
