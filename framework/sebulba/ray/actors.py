@@ -17,7 +17,7 @@ import collections
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -33,6 +33,16 @@ ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1",
                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 POLL_SECONDS = 0.5  # a waiting slot looks at the run's stop this often
 CLOSE_SECONDS = 10.0  # for the actor processes to close their envs before they are killed
+
+
+class RayBlock(NamedTuple):
+    """One block of a slot as its actor process returns it to the driver: host values only (Ray pickles it)."""
+
+    items: Any  # the block's records [S, T, n, ...], as an Actor's `block` returns them
+    priorities: Any  # their initial priorities [S, T, n], or None (uniform replay)
+    episodes: list[list[float]]  # per seed, the returns of the episodes the block ended
+    busy: float  # seconds the slot's Actor was busy with the block
+    env_restarts: int  # envs the slot restarted during the block (env.on_error=restart)
 
 
 class ActorProcess:
@@ -69,7 +79,7 @@ class ActorProcess:
         self.slots[slot] = Actor(slot, self.env, self.programs, self.parts, self.train.num_seeds, self.columns[slot],
                                  env_seed, jax.random.wrap_key_data(round_key_data), self.train.runtime.timeout_s)
 
-    def block(self, slot: int, env_steps: int, params: Any, version: int) -> dict:
+    def block(self, slot: int, env_steps: int, params: Any, version: int) -> RayBlock:
         """One block of `slot` acted with `params` (a host copy, put on this process's device once per version):
         its items and priorities, the episodes it ended and the seconds it took, all as host values."""
         if version != self.version:
@@ -79,9 +89,9 @@ class ActorProcess:
         busy_before, env_restarts_before = actor.meter.busy, actor.restarts
         fixed = (self.params, self.version)
         items, priorities = actor.block(env_steps, lambda: fixed, lambda: version)
-        return {"items": jax.device_get(items), "priorities": jax.device_get(priorities),
-                "episodes": [returns[start:] for returns, start in zip(actor.finished, ended_before, strict=True)],
-                "busy": actor.meter.busy - busy_before, "env_restarts": actor.restarts - env_restarts_before}
+        return RayBlock(items=jax.device_get(items), priorities=jax.device_get(priorities),
+                        episodes=[returns[start:] for returns, start in zip(actor.finished, ended_before, strict=True)],
+                        busy=actor.meter.busy - busy_before, env_restarts=actor.restarts - env_restarts_before)
 
     def close(self) -> None:
         for actor in self.slots.values():
@@ -160,7 +170,7 @@ class RayFleet:
                 self.params_ref = (version, self.ray.put(jax.device_get(params)))
             return self.params_ref[1]
 
-    def result(self, future: Any, what: str) -> dict:
+    def result(self, future: Any, what: str) -> Any:
         """`future`'s value, waited for in short polls so a stopped run ends the wait; RuntimeWaitTimeout after
         `runtime.timeout_s` of silence, the remote error itself (unwrapped) if the task raised one."""
         start = time.monotonic()
@@ -255,15 +265,15 @@ class RaySlot:
             except self.fleet.ray.exceptions.RayActorError as error:
                 self.reopen(error)
         self.pending.popleft()
-        for seed, returns in enumerate(result["episodes"]):
+        for seed, returns in enumerate(result.episodes):
             self.finished[seed].extend(returns)
-        self.meter.busy += result["busy"]
+        self.meter.busy += result.busy
         self.meter.count += self.block_steps  # vector steps, as an Actor counts them
-        self.restarts += result["env_restarts"]
+        self.restarts += result.env_restarts
         self.staleness.append(learner_version() - version)
         self.round += 1
         self.round_keys = self.next_round(self.round_keys)[0]
-        return result["items"], result["priorities"]
+        return result.items, result.priorities
 
     def reopen(self, error: BaseException) -> None:
         """The slot's process died: drop its blocks in flight, and reopen the slot (reseeded) in a new process
