@@ -105,31 +105,42 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        activation = ACTIVATIONS[self.activation]
-        batch_shape = obs.shape[: obs.ndim - self.observation_ndim]
-        features = obs.astype(jnp.float32)  # observations keep their own dtype (MinAtar's booleans) until here
-        if obs.dtype == jnp.uint8:
-            features = features / 255.0
-        dense_sizes = self.hidden_sizes
-        if self.torso == "nature":
-            features = features.reshape(-1, *obs.shape[obs.ndim - self.observation_ndim:])
-            for filters, size, stride in NATURE_LAYERS:
-                features = activation(StridedConv(filters, size, stride)(features))
-            dense_sizes = (512,)
-        elif self.torso == "conv":
-            features = features.reshape(-1, *obs.shape[obs.ndim - self.observation_ndim:])
-            for channels in self.conv_channels:
-                features = activation(Conv3x3(channels)(features))
-            dense_sizes = (self.conv_dense,)
-        features = features.reshape(*batch_shape, -1)
-        for size in dense_sizes:
-            features = nn.Dense(size)(features)
-            features = activation(nn.LayerNorm()(features) if self.layer_norm else features)
-        if not self.dueling:
-            return nn.Dense(self.num_actions)(features)
-        value = nn.Dense(1)(features)
-        advantages = nn.Dense(self.num_actions)(features)
-        return value + advantages - advantages.mean(axis=-1, keepdims=True)
+        return q_head(self, torso_features(self, obs))
+
+
+def torso_features(net: Any, obs: jax.Array) -> jax.Array:
+    """The torso of `net` (a Q-network's fields) over `obs` [..., *observation]: called inside the network's compact
+    method, so its layers are the network's own (QNetwork's parameter names stay Dense_0, Dense_1, ...)."""
+    activation = ACTIVATIONS[net.activation]
+    batch_shape = obs.shape[: obs.ndim - net.observation_ndim]
+    features = obs.astype(jnp.float32)  # observations keep their own dtype (MinAtar's booleans) until here
+    if obs.dtype == jnp.uint8:
+        features = features / 255.0
+    dense_sizes = net.hidden_sizes
+    if net.torso == "nature":
+        features = features.reshape(-1, *obs.shape[obs.ndim - net.observation_ndim:])
+        for filters, size, stride in NATURE_LAYERS:
+            features = activation(StridedConv(filters, size, stride)(features))
+        dense_sizes = (512,)
+    elif net.torso == "conv":
+        features = features.reshape(-1, *obs.shape[obs.ndim - net.observation_ndim:])
+        for channels in net.conv_channels:
+            features = activation(Conv3x3(channels)(features))
+        dense_sizes = (net.conv_dense,)
+    features = features.reshape(*batch_shape, -1)
+    for size in dense_sizes:
+        features = nn.Dense(size)(features)
+        features = activation(nn.LayerNorm()(features) if net.layer_norm else features)
+    return features
+
+
+def q_head(net: Any, features: jax.Array) -> jax.Array:
+    """Q-values from features: one Dense layer, or dueling (value + advantage minus its mean)."""
+    if not net.dueling:
+        return nn.Dense(net.num_actions)(features)
+    value = nn.Dense(1)(features)
+    advantages = nn.Dense(net.num_actions)(features)
+    return value + advantages - advantages.mean(axis=-1, keepdims=True)
 
 
 def check_network_config(config: Any) -> None:
