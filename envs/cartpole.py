@@ -13,7 +13,7 @@ import numpy as np
 from flax import struct
 
 from framework.core.env import Environment, StepResult
-from framework.core.errors import check_positive_int
+from framework.core.errors import check_choice, check_positive_int
 from framework.core.registry import register_env
 
 
@@ -22,10 +22,14 @@ class CartPoleConfig:
     name: str = "cartpole"
     # Episodes are truncated (not terminated) after this many steps.
     max_steps: int = 500
+    # full: (x, x_dot, theta, theta_dot); position: (x, theta) only, the velocities hidden (a memory task: a policy
+    # must infer them from the positions it saw, as POPGym's PositionOnlyCartPole)
+    observe: str = "full"
 
     def validate(self) -> None:
         """Raise a ConfigError naming the first bad key; pure Python, no JAX."""
         check_positive_int("env.max_steps", self.max_steps)
+        check_choice("env.observe", self.observe, OBSERVATIONS)
 
 
 @struct.dataclass
@@ -50,8 +54,15 @@ class CartPoleParams:
     max_steps: int = 500
 
 
+OBSERVATIONS = ("full", "position")
+
+
 def observation(state: CartPoleState) -> jax.Array:
     return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot])
+
+
+def position_observation(state: CartPoleState) -> jax.Array:
+    return jnp.stack([state.x, state.theta])
 
 
 def reset_noise(key: jax.Array) -> jax.Array:
@@ -123,6 +134,10 @@ class CartPole(Environment):
     stochastic_transitions = False
     render_fps = 50  # tau = 0.02 s a step
 
+    def __init__(self, observe: str = "full"):
+        self.observe = observe
+        self.observation = position_observation if observe == "position" else observation
+
     @property
     def default_params(self) -> CartPoleParams:
         return CartPoleParams()
@@ -133,7 +148,7 @@ class CartPole(Environment):
 
     @property
     def observation_shape(self) -> tuple[int, ...]:
-        return (4,)
+        return (2,) if self.observe == "position" else (4,)
 
     def max_episode_steps(self, params: CartPoleParams) -> int:
         return int(params.max_steps)
@@ -144,16 +159,16 @@ class CartPole(Environment):
     def reset_env(self, key: jax.Array, params: CartPoleParams) -> tuple[jax.Array, CartPoleState]:
         x, x_dot, theta, theta_dot = reset_noise(key)
         state = CartPoleState(x=x, x_dot=x_dot, theta=theta, theta_dot=theta_dot, time=jnp.int32(0))
-        return observation(state), state
+        return self.observation(state), state
 
     def step_env(self, key: jax.Array, state: CartPoleState, action: jax.Array, params: CartPoleParams) -> StepResult:
         next_state = physics_step(state, action, params)
         terminated = is_terminal(next_state, params)
         truncated = next_state.time >= params.max_steps
         reward = jnp.float32(1.0)
-        return observation(next_state), next_state, reward, terminated, truncated, {}
+        return self.observation(next_state), next_state, reward, terminated, truncated, {}
 
 
 @register_env("cartpole", config=CartPoleConfig)
 def make_cartpole(config: CartPoleConfig) -> tuple[CartPole, CartPoleParams]:
-    return CartPole(), CartPoleParams(max_steps=config.max_steps)
+    return CartPole(config.observe), CartPoleParams(max_steps=config.max_steps)
