@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import compose_config
 
-from algorithms.common.recurrent import unroll, zero_state
+from algorithms.common.recurrent import polar_orthogonal, unroll, zero_state
 from algorithms.common.sequence_replay import StepRecord, make_sequence_replay
 from framework.anakin.trainer import build
 from framework.core.config import validated
@@ -96,9 +96,18 @@ def test_the_learner_unroll_from_a_stored_state_reproduces_the_actor_q_values():
     for env in range(4):
         for slot, first in enumerate(range(0, 48 - length + 1, 8)):
             obs, start = steps.obs[env, first:first + length], steps.start[env, first:first + length]
-            stored = jax.tree.map(lambda x: x[env, slot], states)
+            stored = jax.tree.map(lambda x, env=env, slot=slot: x[env, slot], states)
             _, q = unroll(Network, params, stored, obs, start)
             np.testing.assert_allclose(q, steps.q[env, first:first + length], rtol=1e-5, atol=1e-6)
             if not bool(start[0]):  # mid-episode: a zero state is not what the actor held
                 _, from_zero = unroll(Network, params, zero_state(8), obs, start)
                 assert not np.allclose(from_zero, q, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (64, 64), (512, 512), (16, 64), (64, 16)])
+def test_the_recurrent_kernel_init_is_orthogonal(shape):
+    """The QR-free initializer gives orthonormal columns (or rows, for a wide matrix) and differs per key."""
+    w = np.asarray(polar_orthogonal(jax.random.key(1), shape), np.float64)
+    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+    np.testing.assert_allclose(gram, np.eye(min(shape)), atol=1e-5)
+    assert not np.allclose(w, np.asarray(polar_orthogonal(jax.random.key(2), shape)))

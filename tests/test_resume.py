@@ -18,9 +18,13 @@ APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "num_seeds=1", "total_env_steps
                     "eval_every=8192", "eval_episodes=4", "checkpoint.every=4096", "checkpoint.keep=2",
                     "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+# recurrent: the checkpoint holds the actors' LSTM states, the stored sequences' states and the sum tree over slots
+R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "num_seeds=2", "total_env_steps=40960",
+                  "log_every=2560", "eval_every=5120", "eval_episodes=4", "checkpoint.every=2560", "checkpoint.keep=2",
+                  "algo.lstm_size=16", "algo.hidden_sizes=[16]")
 # a million-item replay per seed makes each checkpoint big enough to be caught half-written
 DQN_BIG_REPLAY = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:], "algo.buffer_size=1000000")
-RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES),
+RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES), "r2d2": (R2D2_TWO_SEEDS, {}),
         "dqn_big_replay": (DQN_BIG_REPLAY, {})}
 
 
@@ -80,7 +84,7 @@ def _kill_after_first_checkpoint(run_dir, overrides, env):
     process.wait()
 
 
-@pytest.mark.parametrize("name", ["dqn", "apex_two_devices"])
+@pytest.mark.parametrize("name", ["dqn", "apex_two_devices", "r2d2"])
 def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
     overrides, env = RUNS[name]
     uninterrupted, interrupted = uninterrupted(name), tmp_path / "interrupted"
@@ -92,7 +96,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
 
     step_a, state_a = _final_state(uninterrupted)
     step_b, state_b = _final_state(interrupted)
-    assert step_a == step_b >= 120000
+    assert step_a == step_b >= int(dict(o.split("=", 1) for o in overrides)["total_env_steps"])
     leaves_a, leaves_b = jax.tree.leaves(state_a), jax.tree.leaves(state_b)
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b, strict=True):
@@ -100,7 +104,8 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
     assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
     # each seed's best policy came through the checkpoint: the same bytes, the same final evaluation
     policies = _saved_policies(uninterrupted)
-    assert len(policies) == 2 * (2 if name == "dqn" else 1) and _saved_policies(interrupted) == policies
+    num_seeds = int(dict(o.split("=", 1) for o in overrides)["num_seeds"])
+    assert len(policies) == 2 * num_seeds and _saved_policies(interrupted) == policies
     assert _seed_results(interrupted) == _seed_results(uninterrupted)
 
 

@@ -14,8 +14,8 @@ from algorithms.common.networks import make_q_network, q_head, torso_features
 
 def polar_orthogonal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
     """An orthogonal initializer by matmuls alone: the polar factor of a Gaussian matrix (Haar-distributed, as the
-    QR-based `nn.initializers.orthogonal`) by Newton-Schulz iterations. XLA's CPU QR (a LAPACK call) hung at random
-    (about 2 runs in 3) inside the vmapped init over seeds on a device axis, so the LSTM's recurrent kernel avoids it."""
+    QR-based `nn.initializers.orthogonal`) by Newton-Schulz iterations. XLA's CPU QR (a LAPACK call) hung at
+    random (2 runs in 3) inside the vmapped init over seeds on a device axis: the LSTM's recurrent kernel avoids it."""
     rows, columns = shape[-2], shape[-1]
     x = jax.random.normal(key, (max(rows, columns), min(rows, columns)), jnp.float32)
     x = x / jnp.linalg.norm(x)  # singular values in (0, 1]: the iteration below then converges to 1
