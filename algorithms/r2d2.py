@@ -28,11 +28,22 @@ from flax.training.train_state import TrainState
 from algorithms.common.exploration import actor_epsilons, epsilon_greedy
 from algorithms.common.networks import check_network_config, select_tree
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
-from algorithms.common.prioritized_replay import importance_weights
-from algorithms.common.recurrent import (LSTMState, RecurrentQNetwork, make_recurrent_q_network, reset_where, unroll,
-                                         zero_state)
-from algorithms.common.sequence_replay import (SequenceReplay, SequenceReplayState, Sequences, StepRecord,
-                                               make_sequence_replay)
+from algorithms.common.prioritized_replay import importance_weights, priority_metrics
+from algorithms.common.recurrent import (
+    LSTMState,
+    RecurrentQNetwork,
+    make_recurrent_q_network,
+    reset_where,
+    unroll,
+    zero_state,
+)
+from algorithms.common.sequence_replay import (
+    SequenceReplay,
+    SequenceReplayState,
+    Sequences,
+    StepRecord,
+    make_sequence_replay,
+)
 from algorithms.common.sequence_targets import SequenceSteps, n_step_targets, sequence_priority
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
 from framework.core.errors import check, check_number, check_positive_int
@@ -254,10 +265,8 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         return R2D2Learner(train_state, target_params, with_tree(tree), updates), metrics
 
     def learner_metrics(learner: R2D2Learner) -> Metrics:
-        priorities = replay.stored_priorities(learner.replay_state)
-        stored = priorities > 0
-        return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
-                "replay/priority_max": priorities.max()}
+        """Mean and max raw sequence priority over the stored sequences (once per chunk)."""
+        return priority_metrics(replay.stored_priorities(learner.replay_state))
 
     def actor_metrics(actors: R2D2Actor, returns: jax.Array) -> Metrics:
         per_actor = returns.reshape(c.num_actors, c.envs_per_actor).mean(axis=1)

@@ -115,6 +115,23 @@ def system() -> float:
     return rates["apex"][0]
 
 
+def run_with_deadline(command: list[str], log_path: Path, seconds: float) -> None:
+    """`command` from the repository root, its output into `log_path`. Past twice its budget it gets a SIGTERM: a run
+    stops after its round and still evaluates; past the grace, a kill (nothing of a phase outlives it)."""
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            process.wait(timeout=2 * seconds + 120)
+        except subprocess.TimeoutExpired:
+            print("past twice the budget: SIGTERM (the run ends after its round, with its final evaluation)")
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=SIGTERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None:
     """Ape-X on Pong for about `seconds` of training at phase 4's rate (RLlib's layout, a 200k-frame replay so the
     run starts at once), then its final evaluation of 10 whole games (raw score). Past twice its budget the run
@@ -130,18 +147,7 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
                *overrides]
     print("$ " + " ".join(command[1:]), flush=True)
     start = time.perf_counter()
-    with open(out / "5_pong.log", "w") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            process.wait(timeout=2 * seconds + 120)
-        except subprocess.TimeoutExpired:
-            print("past twice the budget: SIGTERM (the run ends after its round, with its final evaluation)")
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=SIGTERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()  # nothing of this phase outlives it; the summary below is then missing
-                process.wait()
+    run_with_deadline(command, out / "5_pong.log", seconds)
     print((out / "5_pong.log").read_text()[-3000:])
     summary = json.loads((run_dir / "summary.json").read_text())
     seed = summary["seeds"][0]

@@ -6,26 +6,23 @@
 Phases (files in --out, default $OUT, else /tmp/gpu_r2d2_atari):
   0_machine.txt   the machine, the devices and the versions of what the run imports
   1_r2d2.txt      `run.py algo=r2d2 env=atari` for --seconds of training (the paper's network: Nature torso, LSTM 512,
-                  dueling; 64 envs on 2 actor threads; a replay of 4,000 sequences, 2.6 GB of 84x84x4 stacks), then
+                  dueling; 64 envs on 2 actor threads; a replay of 4,000 sequences, 4.5 GB of 84x84x4 stacks), then
                   its frames/s, learner batches/s and sequences per second over the run, and a 5-game evaluation
                   (its output: 1_r2d2.log). Past twice its budget the run gets a SIGTERM and still evaluates.
 """
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gpu_atari import SIGTERM_GRACE_S, machine, run_phase
-from shared import REPO_ROOT
+from gpu_atari import machine, run_phase, run_with_deadline
 
 FRAMES_PER_STEP = 4  # the ALE's frame skip
 ENVS = (8, 8)  # actors x envs per actor
-SEQUENCES = 4_000  # the replay: 4,000 x 40 steps of [84, 84, 4] uint8 (the Acme default's 100k takes 66 GB)
+SEQUENCES = 4_000  # the replay: 4,000 x 40 steps of [84, 84, 4] uint8 stacks (the Acme default, 100k, takes 113 GB)
 
 
 def r2d2(out: Path, seconds: float, game: str, steps_per_second: float) -> None:
@@ -38,18 +35,7 @@ def r2d2(out: Path, seconds: float, game: str, steps_per_second: float) -> None:
                "algo.learning_starts=512", "runtime.num_actor_threads=2", "progress=false", f"hydra.run.dir={run_dir}"]
     print("$ " + " ".join(command[1:]), flush=True)
     start = time.perf_counter()
-    with open(out / "1_r2d2.log", "w") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            process.wait(timeout=2 * seconds + 120)
-        except subprocess.TimeoutExpired:
-            print("past twice the budget: SIGTERM (the run ends after its round, with its final evaluation)")
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=SIGTERM_GRACE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    run_with_deadline(command, out / "1_r2d2.log", seconds)
     print((out / "1_r2d2.log").read_text()[-3000:])
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -20,7 +20,7 @@ from algorithms.common.exploration import epsilon_greedy
 from algorithms.common.networks import QNetwork, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, clipped_adam
-from algorithms.common.prioritized_replay import importance_weights
+from algorithms.common.prioritized_replay import importance_weights, priority_metrics
 from algorithms.common.replays import Record, Replay
 from algorithms.common.targets import td_errors
 from algorithms.common.transition import Transition
@@ -185,10 +185,7 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
 
     def learner_metrics(learner: QLearner) -> Metrics:
         """Mean and max raw priority |delta| over the stored items (a pass over every leaf: once per chunk)."""
-        priorities = replay.stored_priorities(learner.replay_state)
-        stored = priorities > 0
-        return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
-                "replay/priority_max": priorities.max()}
+        return priority_metrics(replay.stored_priorities(learner.replay_state))
 
     return ActorLearner(
         num_envs=s.num_envs, block_steps=s.block_steps, block_items=s.num_envs * s.block_steps,

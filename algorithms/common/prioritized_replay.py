@@ -117,3 +117,10 @@ def importance_weights(probabilities: jax.Array, beta: jax.Array) -> jax.Array:
     drawable = probabilities > 0
     weights = jnp.where(drawable, jnp.where(drawable, probabilities, 1.0) ** -beta, 0.0)
     return weights / jnp.maximum(weights.max(), 1e-30)
+
+
+def priority_metrics(priorities: jax.Array) -> dict[str, jax.Array]:
+    """Mean and max raw priority over the stored slots (0: empty), as a learner reports its replay once per chunk."""
+    stored = priorities > 0
+    return {"replay/priority_mean": priorities.sum() / jnp.maximum(stored.sum(), 1),
+            "replay/priority_max": priorities.max()}
