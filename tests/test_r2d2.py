@@ -111,3 +111,13 @@ def test_the_recurrent_kernel_init_is_orthogonal(shape):
     gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
     np.testing.assert_allclose(gram, np.eye(min(shape)), atol=1e-5)
     assert not np.allclose(w, np.asarray(polar_orthogonal(jax.random.key(2), shape)))
+
+
+def test_the_recurrent_kernel_init_is_finite_as_the_trainer_compiles_init():
+    """One seed, XLA's optimization level 0 (the trainer's options for init): 60 unrolled iterations gave NaN here
+    (every R2D2 run with num_seeds=1 then acted on NaN Q-values); the loop does not."""
+    from framework.anakin.trainer import CPU_COMPILER_OPTIONS
+
+    keys = jax.random.split(jax.random.key(0), 1)
+    init = jax.jit(jax.vmap(lambda key: polar_orthogonal(key, (64, 64)))).lower(keys).compile(CPU_COMPILER_OPTIONS[0])
+    assert bool(jnp.isfinite(init(keys)).all())

@@ -19,8 +19,9 @@ def polar_orthogonal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.fl
     rows, columns = shape[-2], shape[-1]
     x = jax.random.normal(key, (max(rows, columns), min(rows, columns)), jnp.float32)
     x = x / jnp.linalg.norm(x)  # singular values in (0, 1]: the iteration below then converges to 1
-    for _ in range(POLAR_ITERATIONS):
-        x = 1.5 * x - 0.5 * x @ (x.T @ x)
+    # a loop, not 60 unrolled steps: XLA's CPU backend at optimization level 0 (the trainer's init) turned the
+    # unrolled chain into NaN for one seed
+    x = jax.lax.fori_loop(0, POLAR_ITERATIONS, lambda _, x: 1.5 * x - 0.5 * x @ (x.T @ x), x)
     return (x if rows >= columns else x.T).reshape(shape).astype(dtype)
 
 
