@@ -99,6 +99,16 @@ class R2D2Config:
     def num_envs(self) -> int:
         return self.num_actors * self.envs_per_actor
 
+    @property
+    def ring_steps(self) -> int:
+        """Steps each env's ring holds: its share of the buffer's sequences, sequence_period steps each."""
+        return self.buffer_size // self.num_envs * self.sequence_period
+
+    @property
+    def sequences_per_iteration(self) -> int:
+        """Sequences an iteration inserts: the rate limiter's unit."""
+        return self.num_envs * self.rollout_length // self.sequence_period
+
     def validate(self) -> None:
         for key in ("num_actors", "envs_per_actor", "rollout_length", "actor_sync_period", "sequence_length",
                     "sequence_period", "n_step", "buffer_size", "batch_size", "target_update_period", "lstm_size"):
@@ -108,12 +118,11 @@ class R2D2Config:
         check(self.rollout_length % self.sequence_period == 0, "algo.rollout_length", self.rollout_length,
               f"a multiple of algo.sequence_period ({self.sequence_period})",
               "every iteration must end where a sequence may start")
-        per_env = self.buffer_size // self.num_envs * self.sequence_period
-        check(per_env >= self.stored_length + self.rollout_length, "algo.buffer_size", self.buffer_size,
+        check(self.ring_steps >= self.stored_length + self.rollout_length, "algo.buffer_size", self.buffer_size,
               f"at least {-(-(self.stored_length + self.rollout_length) // self.sequence_period) * self.num_envs}",
               "each env's ring must hold a whole sequence and an iteration's steps")
         check_number("algo.samples_per_insert", self.samples_per_insert, 0, low_inclusive=False)
-        inserted = self.num_envs * self.rollout_length // self.sequence_period
+        inserted = self.sequences_per_iteration
         sampled = self.samples_per_insert * inserted
         check(sampled >= self.batch_size and float(sampled / self.batch_size).is_integer(), "algo.samples_per_insert",
               self.samples_per_insert, f"a value that makes samples_per_insert x {inserted} (the sequences an "
@@ -130,8 +139,7 @@ class R2D2Config:
         check_network_config(self)
 
     def updates_per_iteration(self) -> int:
-        inserted = self.num_envs * self.rollout_length // self.sequence_period
-        return int(self.samples_per_insert * inserted) // self.batch_size
+        return int(self.samples_per_insert * self.sequences_per_iteration) // self.batch_size
 
 
 class R2D2Actor(NamedTuple):
@@ -180,7 +188,7 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         return sequence_priority(errors, valid, c.priority_eta)
 
     replay: SequenceReplay = make_sequence_replay(
-        num_envs, c.buffer_size // num_envs * c.sequence_period, c.stored_length, c.sequence_period, c.batch_size,
+        num_envs, c.ring_steps, c.stored_length, c.sequence_period, c.batch_size,
         c.priority_exponent, initial_priorities)
 
     # the actor part
@@ -272,9 +280,8 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         per_actor = returns.reshape(c.num_actors, c.envs_per_actor).mean(axis=1)
         return {f"actors/return_eps_{float(eps):.3g}": per_actor[i] for i, eps in enumerate(epsilons)}
 
-    block_items = num_envs * c.rollout_length // c.sequence_period
     return ActorLearner(
-        num_envs=num_envs, block_steps=c.rollout_length, block_items=block_items,
+        num_envs=num_envs, block_steps=c.rollout_length, block_items=c.sequences_per_iteration,
         # the first sequences are whole once every env has written a stored length
         learning_starts=max(c.learning_starts, c.batch_size, -(-c.stored_length // c.sequence_period) * num_envs),
         actor_init=actor_init, act=act, record_init=lambda obs: (), observe=observe,
