@@ -41,6 +41,10 @@ MODULES = {
     "protocol": ("framework/run/protocol.py",
                  ["tests/test_protocol.py", "-k",
                   "not (final_evaluation_plays or saved_best_policy_reproduces or log_shows_the_headline)"]),
+    "sequence_targets": ("algorithms/common/sequence_targets.py", ["tests/test_sequence_targets.py"]),
+    # the replay's tests only: the rest of the file builds and trains an R2D2 network
+    "sequence_replay": ("algorithms/common/sequence_replay.py",
+                        ["tests/test_r2d2.py", "-k", "drawable or a_draw_gathers or replay"]),
 }
 
 # mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)
@@ -92,7 +96,8 @@ PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax",
            "framework.core.registry", "framework.core.config", "framework.anakin.trainer",
            "framework.anakin.evaluation", "framework.run.policy",
            "framework.run.protocol", "algorithms.common.targets", "algorithms.common.nstep",
-           "algorithms.common.prioritized_replay", "algorithms.common.exploration", "envs", "algorithms"]
+           "algorithms.common.prioritized_replay", "algorithms.common.exploration",
+           "algorithms.common.sequence_targets", "algorithms.common.sequence_replay", "envs", "algorithms"]
 # every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
 # that to a read (the cache key is the program, so a mutated program compiles afresh)
 JAX_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(REPO_ROOT / ".mutation" / "jax_cache"),
