@@ -88,6 +88,29 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "importance_weights__mutmut_18": "2.0 instead of 1.0 as the stand-in probability the outer where discards",
     "importance_weights__mutmut_26": "max(largest weight, 1.0) instead of 1e-30: with probabilities <= 1 and beta >= 0 "
                                      "every drawable weight is >= 1, and a batch of none divides 0 either way",
+}.items()} | {f"algorithms.common.sequence_targets.x_{name}": why for name, why in {
+    "n_step_targets__mutmut_14": "argmax's axis=+1 instead of -1 on Q [T, actions], 2-D by the [:, None] indexing",
+    "n_step_targets__mutmut_23": TAKE_AXIS,
+    "n_step_targets__mutmut_24": "take_along_axis's axis=+1 instead of -1 on Q [T, actions]: the same axis",
+    "n_step_targets__mutmut_26": CLAMPED,
+    "n_step_targets__mutmut_41": "ahead's fill in its own dtype (bool flags, float32 rewards and values): x's dtype",
+    "n_step_targets__mutmut_44": "ahead's fill in its own dtype (bool flags, float32 rewards and values): x's dtype",
+    # past the sequence's end (t + j >= T) a window is closed (its last step came at t + j - 1): no one reads the fill
+    "n_step_targets__mutmut_69": "terminated's fill past the end True: read only under open_, False there",
+    "n_step_targets__mutmut_76": "ends' fill past the end False: read only under open_, False there",
+    "n_step_targets__mutmut_87": "the reward's fill past the end 1.0: multiplied by open_, False there",
+    "n_step_targets__mutmut_115": "the value's fill past the end 1.0: read only by the last step's target, which has "
+                                  "valid 0 (its loss and priority weight it 0)",
+    "n_step_targets__mutmut_138": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
+    "sequence_priority__mutmut_24": "count >= 0 instead of > 0: with no valid step the mix itself is "
+                                    "eta 0 + (1 - eta) 0 / max(0, 1) = 0",
+}.items()} | {f"algorithms.common.sequence_replay.x_{name}": why for name, why in {
+    "make_sequence_replay__mutmut_60": "priorities >= 0 instead of > 0: at 0 both branches store 0 ** alpha",
+    "make_sequence_replay__mutmut_104": "new slots from write + 1 + k period: write is a multiple of the period, so "
+                                        "it floors to the same slot",
+    "make_sequence_replay__mutmut_200": "env clamped at num_envs + 1 instead of - 1: only a padding leaf has env "
+                                        "num_envs, and JAX clamps that out-of-bounds gather index to num_envs - 1",
+    "make_sequence_replay__mutmut_241": "leaves >= 0 instead of > 0: at 0 both branches read 0 ** (1 / alpha)",
 }.items()}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
