@@ -1,19 +1,22 @@
 """Mutation testing of the small pure modules the results rest on: each module against its own focused tests.
 
-    python bench/mutation.py                      # all five modules, one after another
+    python bench/mutation.py                      # all seven modules, one after another
     python bench/mutation.py targets nstep        # some of them
     python bench/mutation.py --report             # the table again, from the last run's records
 
 mutmut 3 (`pip install mutmut`) mutates one module at a time in a fresh copy of the repository under
-.mutation/<module>/ and runs, for each mutant, the tests of that module's focused file that call the
-mutated function, with one worker. The settings every module shares are pyproject.toml's [tool.mutmut];
-this script overrides only the module to mutate and the test file. A table (module, mutants, killed,
-survived, score) goes to stdout, progress to stderr. Mutants judged equivalent (no test can tell them
-from the original; the reason beside each in EQUIVALENT) are counted apart: the score is killed over
-the non-equivalent ones. To read a survivor: `cd .mutation/<module> && mutmut show <name>`.
+.mutation/<module>/ and runs, for each mutant, the tests of that module's focused file that call the mutated
+function, with one worker (mutmut maps a test to the functions called while it runs: what a module-scoped
+fixture calls counts for its first test only). The settings every module shares are pyproject.toml's
+[tool.mutmut]; this script overrides only the module to mutate and the test file. A table (module, mutants,
+killed, survived, score) goes to stdout, progress to stderr. Mutants judged equivalent (no test can tell them
+from the original; the reason beside each in EQUIVALENT) are counted apart: the score is killed over the
+non-equivalent ones. To read a survivor: `cd .mutation/<module> && mutmut show <name>`.
 Not a test: pytest does not collect it and CI does not run it. On 2026-12-02 on the shared 2-core VM (two
 modules at a time, other jobs running) the 828 mutants took ~62 minutes: targets 9, nstep 8, exploration 10,
 protocol 6, prioritized_replay 23 (each mutant is a fresh pytest process that imports JAX and compiles).
+On 2026-12-05 (one module at a time, the same VM, another job running) R2D2's sequence_targets took 4.0 minutes
+for 204 mutants and sequence_replay 6.4 for 255.
 """
 import argparse
 import json
@@ -41,6 +44,10 @@ MODULES = {
     "protocol": ("framework/run/protocol.py",
                  ["tests/test_protocol.py", "-k",
                   "not (final_evaluation_plays or saved_best_policy_reproduces or log_shows_the_headline)"]),
+    "sequence_targets": ("algorithms/common/sequence_targets.py", ["tests/test_sequence_targets.py"]),
+    # the replay's tests only: the rest of the file builds and trains an R2D2 network
+    "sequence_replay": ("algorithms/common/sequence_replay.py",
+                        ["tests/test_r2d2.py", "-k", "drawable or a_draw_gathers or replay"]),
 }
 
 # mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)
@@ -84,6 +91,29 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "importance_weights__mutmut_18": "2.0 instead of 1.0 as the stand-in probability the outer where discards",
     "importance_weights__mutmut_26": "max(largest weight, 1.0) instead of 1e-30: with probabilities <= 1 and beta >= 0 "
                                      "every drawable weight is >= 1, and a batch of none divides 0 either way",
+}.items()} | {f"algorithms.common.sequence_targets.x_{name}": why for name, why in {
+    "n_step_targets__mutmut_14": "argmax's axis=+1 instead of -1 on Q [T, actions], 2-D by the [:, None] indexing",
+    "n_step_targets__mutmut_23": TAKE_AXIS,
+    "n_step_targets__mutmut_24": "take_along_axis's axis=+1 instead of -1 on Q [T, actions]: the same axis",
+    "n_step_targets__mutmut_26": CLAMPED,
+    "n_step_targets__mutmut_41": "ahead's fill in its own dtype (bool flags, float32 rewards and values): x's dtype",
+    "n_step_targets__mutmut_44": "ahead's fill in its own dtype (bool flags, float32 rewards and values): x's dtype",
+    # past the sequence's end (t + j >= T) a window is closed (its last step came at t + j - 1): no one reads the fill
+    "n_step_targets__mutmut_69": "terminated's fill past the end True: read only under open_, False there",
+    "n_step_targets__mutmut_76": "ends' fill past the end False: read only under open_, False there",
+    "n_step_targets__mutmut_87": "the reward's fill past the end 1.0: multiplied by open_, False there",
+    "n_step_targets__mutmut_115": "the value's fill past the end 1.0: read only by the last step's target, which has "
+                                  "valid 0 (its loss and priority weight it 0)",
+    "n_step_targets__mutmut_138": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
+    "sequence_priority__mutmut_24": "count >= 0 instead of > 0: with no valid step the mix itself is "
+                                    "eta 0 + (1 - eta) 0 / max(0, 1) = 0",
+}.items()} | {f"algorithms.common.sequence_replay.x_{name}": why for name, why in {
+    "make_sequence_replay__mutmut_60": "priorities >= 0 instead of > 0: at 0 both branches store 0 ** alpha",
+    "make_sequence_replay__mutmut_104": "new slots from write + 1 + k period: write is a multiple of the period, so "
+                                        "it floors to the same slot",
+    "make_sequence_replay__mutmut_200": "env clamped at num_envs + 1 instead of - 1: only a padding leaf has env "
+                                        "num_envs, and JAX clamps that out-of-bounds gather index to num_envs - 1",
+    "make_sequence_replay__mutmut_241": "leaves >= 0 instead of > 0: at 0 both branches read 0 ** (1 / alpha)",
 }.items()}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
@@ -92,7 +122,8 @@ PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax",
            "framework.core.registry", "framework.core.config", "framework.anakin.trainer",
            "framework.anakin.evaluation", "framework.run.policy",
            "framework.run.protocol", "algorithms.common.targets", "algorithms.common.nstep",
-           "algorithms.common.prioritized_replay", "algorithms.common.exploration", "envs", "algorithms"]
+           "algorithms.common.prioritized_replay", "algorithms.common.exploration",
+           "algorithms.common.sequence_targets", "algorithms.common.sequence_replay", "envs", "algorithms"]
 # every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
 # that to a read (the cache key is the program, so a mutated program compiles afresh)
 JAX_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(REPO_ROOT / ".mutation" / "jax_cache"),

@@ -15,14 +15,15 @@ from framework.sebulba.actor import with_device_axis
 NUM_ENVS, CAPACITY, LENGTH, PERIOD, BLOCK = 2, 24, 7, 4, 4
 
 
-def block_of(first_position: int) -> StepRecord:
-    """[BLOCK, NUM_ENVS] steps whose observation is (absolute position, env) and whose state is the position."""
-    position = jnp.arange(first_position, first_position + BLOCK, dtype=jnp.float32)[:, None]
+def block_of(first_position: int, block: int = BLOCK) -> StepRecord:
+    """[block, NUM_ENVS] steps whose observation is (absolute position, env); the state, a pair as an LSTM's, holds
+    the position and the observation as int32 (a state field of another dtype and shape)."""
+    position = jnp.arange(first_position, first_position + block, dtype=jnp.float32)[:, None]
     env = jnp.arange(NUM_ENVS, dtype=jnp.float32)[None, :]
-    flags = jnp.zeros((BLOCK, NUM_ENVS), bool)
+    flags = jnp.zeros((block, NUM_ENVS), bool)
     obs = jnp.stack(jnp.broadcast_arrays(position, env), axis=-1)
-    return StepRecord(obs, jnp.zeros((BLOCK, NUM_ENVS), jnp.int32), position + 0 * env, flags, flags, flags,
-                      ~flags, position + 0 * env, jnp.zeros((BLOCK, NUM_ENVS, 2)))
+    return StepRecord(obs, jnp.zeros((block, NUM_ENVS), jnp.int32), position + 0 * env, flags, flags, flags,
+                      ~flags, (position + 0 * env, obs.astype(jnp.int32)), jnp.zeros((block, NUM_ENVS, 2)))
 
 
 def first_position_priority(steps: StepRecord) -> jax.Array:
@@ -30,40 +31,86 @@ def first_position_priority(steps: StepRecord) -> jax.Array:
     return 1.0 + steps.obs[:, 0, 0] + 100.0 * steps.obs[:, 0, 1]
 
 
-@pytest.fixture(scope="module")
-def replay():
-    return make_sequence_replay(NUM_ENVS, CAPACITY, LENGTH, PERIOD, batch_size=64, priority_exponent=1.0,
-                                initial_priorities=first_position_priority)
+def make_replay(length: int = LENGTH, priority_exponent: float = 1.0):
+    """Built in each test rather than in a module fixture: mutation testing (bench/mutation.py) runs a test against
+    the functions called during it, and a module fixture's call counts for the first test only."""
+    return make_sequence_replay(NUM_ENVS, CAPACITY, length, PERIOD, batch_size=64,
+                                priority_exponent=priority_exponent, initial_priorities=first_position_priority)
 
 
-def test_only_whole_intact_sequences_are_drawable_with_their_first_priority(replay):
-    state = replay.init(jax.tree.map(lambda x: x[0, 0], block_of(0)))
+def example_step() -> StepRecord:
+    return jax.tree.map(lambda x: x[0, 0], block_of(0))
+
+
+@pytest.mark.parametrize("length, block", [(LENGTH, BLOCK), (2 * PERIOD + 1, 2 * PERIOD)])
+def test_only_whole_intact_sequences_are_drawable_with_their_first_priority(length, block):
+    """Also sequences one step longer than two periods (as R2D2's default 121 steps every 40), written two periods
+    at a time: a block completes two sequences, the earliest exactly at its first step."""
+    replay = make_replay(length)
+    state = replay.init(example_step())
     add = jax.jit(replay.add)
-    for block in range(12):  # 48 positions through a ring of 24: it wraps twice
-        state = add(state, block_of(block * BLOCK))
-        written = (block + 1) * BLOCK
+    for index in range(48 // block):  # 48 positions through a ring of 24: it wraps twice
+        state = add(state, block_of(index * block, block))
+        written = (index + 1) * block
         stored = np.asarray(replay.stored_priorities(state))[: NUM_ENVS * CAPACITY // PERIOD].reshape(NUM_ENVS, -1)
         expected = np.zeros_like(stored)
         for start in range(0, written, PERIOD):
-            whole, intact = start + LENGTH <= written, start >= written - CAPACITY
+            whole, intact = start + length <= written, start >= written - CAPACITY
             if whole and intact:
                 for env in range(NUM_ENVS):
                     expected[env, start % CAPACITY // PERIOD] = 1 + start + 100 * env
         np.testing.assert_allclose(stored, expected, rtol=1e-6, err_msg=f"after {written} positions")
 
 
-def test_a_draw_gathers_a_whole_sequence_and_the_state_at_its_first_step(replay):
-    state = replay.init(jax.tree.map(lambda x: x[0, 0], block_of(0)))
+def test_a_draw_gathers_a_whole_sequence_and_the_state_at_its_first_step():
+    replay = make_replay()
+    state = replay.init(example_step())
+    add = jax.jit(replay.add)
     for block in range(9):
-        state = replay.add(state, block_of(block * BLOCK))
-    batch, slots, probabilities = replay.sample(state, jax.random.uniform(jax.random.key(0), (64,)))
+        state = add(state, block_of(block * BLOCK))
+    batch, slots, probabilities = jax.jit(replay.sample)(state, jax.random.uniform(jax.random.key(0), (64,)))
     first = np.asarray(batch.steps.obs[:, 0, 0])
     assert np.all(probabilities > 0) and np.all(first % PERIOD == 0)
     np.testing.assert_array_equal(batch.steps.obs[:, :, 0], first[:, None] + np.arange(LENGTH))  # consecutive
     np.testing.assert_array_equal(batch.steps.obs[:, :, 1], np.repeat(batch.steps.obs[:, :1, 1], LENGTH, axis=1))
-    np.testing.assert_array_equal(batch.state, first)  # the state stored with the sequence's first step
+    # the state stored with the sequence's first step, every field in the dtype it was recorded in
+    np.testing.assert_array_equal(batch.state[0], first)
+    np.testing.assert_array_equal(batch.state[1], batch.steps.obs[:, 0])
+    assert batch.state[1].dtype == jnp.int32
+    recorded = block_of(0)
+    assert all(getattr(batch.steps, name).dtype == getattr(recorded, name).dtype
+               for name in StepRecord._fields if name != "state"), batch.steps
     np.testing.assert_allclose(probabilities, (1 + first + 100 * batch.steps.obs[:, 0, 1])
                                / float(replay.stored_priorities(state).sum()), rtol=1e-5)
+
+
+def test_replay_priorities_are_stored_raw_and_drawn_in_proportion_to_their_power():
+    replay = make_replay(priority_exponent=0.5)
+    state = replay.init(example_step())
+    add = jax.jit(replay.add)
+    for block in range(6):  # 24 positions: the sequences at slots 0-4 of each env are whole, slot 5's is not
+        state = add(state, block_of(block * BLOCK))
+    first = np.asarray([[1 + PERIOD * k + 100 * env if k < 5 else 0 for k in range(6)] for env in range(NUM_ENVS)])
+    # new raw priorities for env 0's slot 1 and env 1's slots 0 (a zero: not drawable) and 3
+    state = replay.set_priorities(state, jnp.asarray([1, 6, 9]), jnp.asarray([4.0, 0.0, 2.25]))
+    expected = first.ravel().astype(np.float64)
+    expected[[1, 6, 9]] = [4.0, 0.0, 2.25]
+    np.testing.assert_allclose(replay.stored_priorities(state)[:12], expected, rtol=1e-5)
+    _, slots, probabilities = jax.jit(replay.sample)(state, jax.random.uniform(jax.random.key(1), (64,)))
+    power = expected**0.5
+    np.testing.assert_allclose(probabilities, power[np.asarray(slots)] / power.sum(), rtol=1e-5)
+
+
+def test_replay_rejects_a_ring_or_a_block_that_cannot_hold_whole_sequences():
+    with pytest.raises(ValueError, match="capacity_per_env 26 is not a multiple of the sequence period 4"):
+        make_sequence_replay(NUM_ENVS, 26, LENGTH, PERIOD, batch_size=64, priority_exponent=1.0,
+                             initial_priorities=first_position_priority)
+    replay = make_replay(length=2 * PERIOD)
+    state = replay.init(example_step())
+    jax.eval_shape(replay.add, state, block_of(0, 16))  # a block of 16 and a sequence of 8 fill the ring exactly
+    for block in (6, 20):  # not a multiple of the period; a multiple too long to fit a sequence beside it
+        with pytest.raises(ValueError, match=f"a block of {block} steps must be a multiple of the period 4"):
+            replay.add(state, block_of(0, block))
 
 
 SMALL = ["algo=r2d2", "env=cartpole", "env.observe=position", "num_seeds=2", "algo.num_actors=2",

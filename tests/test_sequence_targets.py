@@ -69,8 +69,36 @@ def test_rescaled_targets_apply_h_to_the_return_and_h_inverse_to_the_bootstrap()
     np.testing.assert_allclose(out.target[:2], rescale(1.0 + 0.9 * unrescale(q[1:, 0])), rtol=1e-6)
 
 
+def test_targets_are_rescaled_unless_told_otherwise():
+    q = jnp.asarray([[0.0], [2.0], [3.0]])
+    rescaled = n_step_targets(q, q, steps([1.0, 1.0, 1.0]), n_step=1, discount=0.9, rescaled=True)
+    np.testing.assert_array_equal(n_step_targets(q, q, steps([1.0, 1.0, 1.0]), n_step=1, discount=0.9).target,
+                                  rescaled.target)
+
+
 def test_sequence_priority_mixes_max_and_mean_over_valid_steps():
     errors = jnp.asarray([[1.0, -3.0, 2.0, 100.0], [0.0, 0.0, 0.0, 0.0]])
     valid = jnp.asarray([[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     priority = sequence_priority(errors, valid, eta=0.9)
     np.testing.assert_allclose(priority, [0.9 * 3.0 + 0.1 * 2.0, 0.0], rtol=1e-6)
+
+
+def reference_priority(errors, valid, eta: float) -> float:
+    """One sequence's priority in plain Python: eta max + (1 - eta) mean of |error| over its valid steps."""
+    magnitudes = [abs(float(e)) for e, v in zip(errors, valid, strict=True) if v]
+    return eta * max(magnitudes) + (1 - eta) * sum(magnitudes) / len(magnitudes) if magnitudes else 0.0
+
+
+def test_sequence_priority_is_each_sequences_own_over_any_leading_axes():
+    # [2, 3, T=4] with 3, 1, 0, 4, 2 and 2 valid steps: the masked errors (100, 9, -8) must not count
+    errors = np.asarray([[[1.0, -3.0, 2.0, 100.0], [4.0, -1.0, 0.5, 2.0], [-7.0, 5.0, 1.0, 3.0]],
+                         [[2.0, 2.0, -6.0, 1.0], [0.0, 9.0, 0.0, 0.0], [3.0, 1.0, 1.5, -8.0]]], np.float32)
+    valid = np.asarray([[[1, 1, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]],
+                        [[1, 1, 1, 1], [1, 0, 1, 0], [0, 1, 1, 0]]], np.float32)
+    expected = np.reshape([reference_priority(e, v, 0.9)
+                           for e, v in zip(errors.reshape(-1, 4), valid.reshape(-1, 4), strict=True)], (2, 3))
+    priority = sequence_priority(jnp.asarray(errors), jnp.asarray(valid), eta=0.9)
+    np.testing.assert_allclose(priority, expected, rtol=1e-6)
+    # a single sequence [T]: its one valid step is both the max and the mean
+    np.testing.assert_allclose(sequence_priority(jnp.asarray(errors[0, 1]), jnp.asarray(valid[0, 1]), eta=0.9), 1.0,
+                               rtol=1e-6)
