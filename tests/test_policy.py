@@ -51,16 +51,20 @@ def tabular_run(tmp_path_factory):
 
 
 def play_gymnasium(policy, episodes: int) -> np.ndarray:
-    env = gym.make("CartPole-v1")
-    returns = []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=episode)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy(obs))
-            total, done = total + reward, terminated or truncated
-        returns.append(total)
-    return np.array(returns)
+    """The returns of `episodes` CartPole-v1 episodes (episode e reset with seed e), played side by side: one
+    policy call per step for the whole batch (a call per observation spent a minute on 200,000 calls)."""
+    envs = [gym.make("CartPole-v1") for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=episode)[0] for episode, env in enumerate(envs)])
+    returns, done = np.zeros(episodes), np.zeros(episodes, bool)
+    start = True
+    while not done.all():
+        actions = policy(obs, start=start)  # a finished episode's slot acts on its last observation, unused
+        start = False
+        for e in np.flatnonzero(~done):
+            obs[e], reward, terminated, truncated, _ = envs[e].step(int(actions[e]))
+            returns[e] += reward
+            done[e] = terminated or truncated
+    return returns
 
 
 def test_a_loaded_policy_plays_gymnasiums_cartpole_as_well_as_the_run_reported(dqn_run):
