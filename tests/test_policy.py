@@ -221,15 +221,36 @@ def test_bad_input_to_load_policy_is_one_paragraph(dqn_run, tmp_path):
         load_policy(run_dir)(np.zeros(3))
 
 
-def test_bad_input_to_the_evaluate_command_is_one_paragraph(dqn_run, tmp_path):
+def evaluate_error_in_process(capsys, *args) -> str:
+    """What `python -m framework.tools.evaluate ARGS` prints before it exits 2, from its main() in this process: a
+    ConfigError (its __main__ prints the message) or argparse's exit 2 (the message on stderr)."""
+    from framework.tools.evaluate import main
+
+    capsys.readouterr()
+    try:
+        main([str(arg) for arg in args])
+    except ConfigError as error:
+        message = str(error)
+    except SystemExit as exit_:
+        assert exit_.code == 2
+        message = capsys.readouterr().err
+    else:
+        raise AssertionError(f"accepted: {args}")
+    assert "Traceback" not in message and message.strip().count("\n") == 0, message
+    return message
+
+
+def test_bad_input_to_the_evaluate_command_is_one_paragraph(dqn_run, tmp_path, capsys):
     run_dir, _ = dqn_run
+    # through the command, a process each (~1.5 s): one of its own checks, one of argparse's
     assert "no such directory" in one_paragraph_error(evaluate_cli(tmp_path / "missing"))
-    assert "no saved policies" in one_paragraph_error(evaluate_cli(tmp_path))
-    assert "--which" in one_paragraph_error(evaluate_cli(run_dir, "--which", "worst"))
-    assert "--episodes" in one_paragraph_error(evaluate_cli(run_dir, "--episodes", 0))
-    assert "--episodes" in one_paragraph_error(evaluate_cli(run_dir, "--episodes", "many"))
-    assert "--gif" in one_paragraph_error(evaluate_cli(run_dir, "--gif", tmp_path / "movie.mp4"))
     assert "run_dir" in one_paragraph_error(evaluate_cli())
+    # the rest through its main() here, as the command would run them
+    assert "no saved policies" in evaluate_error_in_process(capsys, tmp_path)
+    assert "--which" in evaluate_error_in_process(capsys, run_dir, "--which", "worst")
+    assert "--episodes" in evaluate_error_in_process(capsys, run_dir, "--episodes", 0)
+    assert "--episodes" in evaluate_error_in_process(capsys, run_dir, "--episodes", "many")
+    assert "--gif" in evaluate_error_in_process(capsys, run_dir, "--gif", tmp_path / "movie.mp4")
 
 
 def test_ape_x_policies_from_two_devices_act_as_the_run_evaluated_them(tmp_path):
