@@ -90,10 +90,13 @@ def test_the_evaluate_command_reproduces_the_runs_final_evaluation(dqn_run):
 
 
 def test_another_seed_plays_other_episodes(dqn_run):
+    from framework.tools.evaluate import main
+
     run_dir, _ = dqn_run
-    assert evaluate_cli(run_dir, "--episodes", 3, "--seed", 1).returncode == 0
+    # the command's main() in this process (the tests above and below run the command itself)
+    main([str(run_dir), "--episodes", "3", "--seed", "1"])
     first = json.loads((run_dir / "evaluation.json").read_text())
-    assert evaluate_cli(run_dir, "--episodes", 3, "--seed", 2).returncode == 0
+    main([str(run_dir), "--episodes", "3", "--seed", "2"])
     second = json.loads((run_dir / "evaluation.json").read_text())
     assert first["seed"] == 1 and second["seed"] == 2 and len(first["seeds"][0]["returns"]) == 3
 
