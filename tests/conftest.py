@@ -10,6 +10,13 @@ from framework.core.registry import load_plugins  # noqa: E402
 
 load_plugins()
 
+from framework.core.config import TrainConfig  # noqa: E402
+from framework.core.devices import use_compilation_cache  # noqa: E402
+
+# the tests' own programs in run.py's default cache, as their run.py subprocesses' are: a later session loads them
+# instead of compiling (the first in-process train() of a worker turned it on anyway, for what followed in that worker)
+use_compilation_cache(TrainConfig.compilation_cache)
+
 import subprocess  # noqa: E402
 
 import pytest  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import check_like_run_py, compose_config, run_cli
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from framework.app.cli import ComposeError
@@ -78,9 +78,7 @@ def bad_overrides(draw) -> list[str]:
     return [f"algo={algo}", f"env={env}", *(f"{key}={draw(BAD_VALUES)}" for key in chosen)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(bad_overrides())
-def test_every_bad_override_is_named_or_accepted(overrides):
+def bad_override_is_named_or_accepted(overrides: list[str]) -> None:
     try:
         check_like_run_py(overrides)
     except (ConfigError, ComposeError) as error:
@@ -88,6 +86,20 @@ def test_every_bad_override_is_named_or_accepted(overrides):
         assert "\n" not in message.strip(), message
         # a combination (batch vs buffer, walls vs goal, apex on grid cells) may name the partner key
         assert blames_a_changed_key(message, overrides), (overrides, message)
+
+
+# the default suite draws 40 cases; `pytest -m slow` draws 150 (new ones on every run, as both do)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad_overrides())
+def test_bad_overrides_are_named_or_accepted(overrides):
+    bad_override_is_named_or_accepted(overrides)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad_overrides())
+def test_every_bad_override_is_named_or_accepted(overrides):
+    bad_override_is_named_or_accepted(overrides)
 
 
 def test_the_named_key_is_read_from_both_kinds_of_message():
@@ -142,10 +154,8 @@ def edge_overrides(draw) -> list[str]:
     return [f"algo={algo}", f"env={env}", *(f"algo.{f.name}={draw(_edge_value(f))}" for f in chosen)]
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(overrides=edge_overrides())
-def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
+def edge_values_train_for_a_few_steps(overrides: list[str], tmp_path: Path) -> bool:
+    """Whether the case trained (False: refused with a message, which the tests above cover)."""
     from framework.app.train import train
 
     # final_eval_episodes = eval_episodes: the final evaluation runs the periodic one's program (one compile fewer)
@@ -154,7 +164,25 @@ def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
     try:
         check_like_run_py(short)
     except (ConfigError, ComposeError):
-        return  # refused with a message: covered above
+        return False  # refused with a message: covered above
     run_dir = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example: Hypothesis may draw the same one twice
     summary = train(compose_config(*short), run_dir)
     assert summary["env_steps"] >= 256 and (run_dir / "metrics.jsonl").exists()
+    return True
+
+
+# each case compiles a run: the default suite trains 3 accepted cases (a refused one is drawn again: about a
+# third are), `pytest -m slow` draws 8
+@settings(max_examples=3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(overrides=edge_overrides())
+def test_accepted_edge_values_train(overrides, tmp_path):
+    assume(edge_values_train_for_a_few_steps(overrides, tmp_path))
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(overrides=edge_overrides())
+def test_accepted_edge_values_train_for_a_few_steps(overrides, tmp_path):
+    edge_values_train_for_a_few_steps(overrides, tmp_path)

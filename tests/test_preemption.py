@@ -74,8 +74,9 @@ def test_sigterm_stops_the_whole_sweep(tmp_path):
     assert not (tmp_path / "1").exists()  # the sweep's next job never started
 
 
-# the host path: actor threads stepping gymnasium envs in 2 worker processes, a learner thread
-HOST_RUN = ("algo=dqn", "env=gymnasium", "env.num_workers=2", "total_env_steps=40960", "log_every=2048",
+# the host path: actor threads stepping gymnasium envs in 2 worker processes, a learner thread; 16,384 env steps
+# (~3,000 a second here) leave seconds of training after the first log line, where the signal comes
+HOST_RUN = ("algo=dqn", "env=gymnasium", "env.num_workers=2", "total_env_steps=16384", "log_every=2048",
             "eval_every=8192", "eval_episodes=2", "final_eval_episodes=2", "checkpoint.every=0")
 
 
@@ -95,9 +96,9 @@ def test_sigterm_on_the_host_path_stops_every_worker_checkpoints_and_resumes(tmp
     assert not alive, f"left behind: {alive}"
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["interrupted_by"] == "SIGTERM"
-    assert 0 < summary["env_steps"] < 40960 and _checkpoint_steps(tmp_path) == [summary["env_steps"]]
+    assert 0 < summary["env_steps"] < 16384 and _checkpoint_steps(tmp_path) == [summary["env_steps"]]
 
     result = run_cli(*HOST_RUN, "resume=true", run_dir=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["interrupted"] is False and summary["env_steps"] == 40960
+    assert summary["interrupted"] is False and summary["env_steps"] == 16384

@@ -159,7 +159,7 @@ def test_report_on_a_real_multirun(tmp_path):
     sweep = tmp_path / "sweep"
     overrides = ["algo=tabular_q", "env=gridworld", "algo.learning_rate=0.1,0.5", "seed=0,1", "num_seeds=2",
                  "total_env_steps=3000", "eval_every=1000", "log_every=1000", "eval_episodes=4", "target_return=1.0",
-                 "progress=false", "compilation_cache=null", f"hydra.sweep.dir={sweep}"]
+                 "progress=false", f"hydra.sweep.dir={sweep}"]
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", *overrides], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

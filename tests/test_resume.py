@@ -10,12 +10,14 @@ import orbax.checkpoint as ocp
 import pytest
 from conftest import deterministic_metrics, run_cli, shared_dir, start_python
 
+# a checkpoint every 16,000 env steps, not every 4,000: each costs ~0.1 s, 30 a run were a third of it; the first
+# (where the SIGKILL tests stop a run) then comes after two evaluations, so it carries a best policy too
 DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000",
-                 "eval_every=8000", "eval_episodes=4", "checkpoint.every=4000", "checkpoint.keep=2",
+                 "eval_every=8000", "eval_episodes=4", "checkpoint.every=16000", "checkpoint.keep=2",
                  "algo.learning_starts=500")
 # learners on two forced devices: the checkpoint holds both devices' actors, replay shards and keys
 APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "num_seeds=1", "total_env_steps=122880", "log_every=4096",
-                    "eval_every=8192", "eval_episodes=4", "checkpoint.every=4096", "checkpoint.keep=2",
+                    "eval_every=8192", "eval_episodes=4", "checkpoint.every=16384", "checkpoint.keep=2",
                     "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 # recurrent: the checkpoint holds the actors' LSTM states, the stored sequences' states and the sum tree over slots
@@ -23,7 +25,9 @@ R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "num_seed
                   "log_every=2560", "eval_every=5120", "eval_episodes=4", "checkpoint.every=2560", "checkpoint.keep=2",
                   "algo.lstm_size=16", "algo.hidden_sizes=[16]")
 # a million-item replay per seed makes each checkpoint big enough to be caught half-written
-DQN_BIG_REPLAY = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:], "algo.buffer_size=1000000")
+# (checkpoints every 4,000 env steps: several a run, one to catch half-written after one finished)
+DQN_BIG_REPLAY = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:7], "checkpoint.every=4000",
+                  *DQN_TWO_SEEDS[8:], "algo.buffer_size=1000000")
 RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES), "r2d2": (R2D2_TWO_SEEDS, {}),
         "dqn_big_replay": (DQN_BIG_REPLAY, {})}
 
