@@ -24,10 +24,18 @@ TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "num_seeds=2", "total_env_steps=40960",
                   "log_every=2560", "eval_every=5120", "eval_episodes=4", "checkpoint.every=2560", "checkpoint.keep=2",
                   "algo.lstm_size=16", "algo.hidden_sizes=[16]")
+
+
+def with_values(overrides: tuple[str, ...], **values: str) -> tuple[str, ...]:
+    """The overrides with some keys' values replaced (a dotted key's dots written as __)."""
+    replaced = {key.replace("__", "."): value for key, value in values.items()}
+    return tuple(f"{key}={replaced.get(key, value)}" for key, value in (o.split("=", 1) for o in overrides))
+
+
 # a million-item replay per seed makes each checkpoint big enough to be caught half-written
 # (checkpoints every 4,000 env steps: several a run, one to catch half-written after one finished)
-DQN_BIG_REPLAY = (*DQN_TWO_SEEDS[:3], "total_env_steps=24000", *DQN_TWO_SEEDS[4:7], "checkpoint.every=4000",
-                  *DQN_TWO_SEEDS[8:], "algo.buffer_size=1000000")
+DQN_BIG_REPLAY = (*with_values(DQN_TWO_SEEDS, total_env_steps="24000", checkpoint__every="4000"),
+                  "algo.buffer_size=1000000")
 RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES), "r2d2": (R2D2_TWO_SEEDS, {}),
         "dqn_big_replay": (DQN_BIG_REPLAY, {})}
 
