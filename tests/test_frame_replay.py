@@ -11,6 +11,8 @@ import pytest
 from scipy.stats import chisquare
 
 from algorithms.common.frame_replay import FrameStep, make_frame_replay
+from algorithms.common.replays import check_frame_ring
+from framework.core.errors import ConfigError
 
 NUM_ENVS, FRAME, STACK, N_STEP, DISCOUNT, BLOCK, ALPHA = 3, (5, 6), 4, 3, 0.9, 7, 0.6
 CAPACITY, BLOCKS = 24, 10  # 70 steps through 24 slots: the ring wraps around twice
@@ -287,3 +289,13 @@ def test_jit_and_vmap_over_seeds_match_unbatched():
 
 def _assert_row_equals(batched, row, single):
     jax.tree.map(lambda b, s: np.testing.assert_array_equal(np.asarray(b)[row], s), batched, single)
+
+
+@pytest.mark.parametrize("capacity, num_envs, n_step, key, allowed", [
+    (15_625 * 64, 64, 100_000_000, "algo.n_step", "at most 15621"),  # the fuzz test's find: n_step past the ring
+    (3, 8, 3, "algo.buffer_size", "at least 56"),  # fewer frames per env than a stack
+])
+def test_a_ring_too_short_for_one_item_is_a_config_error_naming_the_key(capacity, num_envs, n_step, key, allowed):
+    with pytest.raises(ConfigError, match=rf"^Invalid config: {key}=\d+ .*Allowed: {allowed}\.$"):
+        check_frame_ring(capacity, num_envs=num_envs, stack=4, n_step=n_step)
+    check_frame_ring(64 * (4 + 3), num_envs=64, stack=4, n_step=3)  # exactly one item per env: accepted

@@ -24,7 +24,10 @@ TOP_LEVEL += ["checkpoint.every", "checkpoint.keep", "num_devices", "distributed
 # whose values can make that check fail (the checks in algorithms/*.py, envs/gridworld.py, framework/)
 PARTNERS = {
     "algo.batch_size": {"algo.buffer_size"},
-    "algo.buffer_size": {"algo.num_actors", "algo.envs_per_actor", "algo.rollout_length"},
+    # Ape-X's iteration, R2D2's whole sequences, a frame ring's stack
+    "algo.buffer_size": {"algo.num_actors", "algo.envs_per_actor", "algo.rollout_length", "algo.num_envs",
+                         "algo.burn_in", "algo.sequence_length", "algo.sequence_period"},
+    "algo.n_step": {"algo.buffer_size", "algo.num_envs", "algo.num_actors", "algo.envs_per_actor"},  # a frame ring
     "algo.train_every": {"algo.num_envs"},
     "algo.torso": {"env", "env.height", "env.width", "env.observation"},  # a conv torso on small or flat observations
     "env": {"algo"},  # an env whose observations the algorithm cannot take

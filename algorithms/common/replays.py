@@ -18,6 +18,7 @@ from algorithms.common.nstep import empty_window, oldest_transition
 from algorithms.common.prioritized_replay import make_prioritized_replay
 from algorithms.common.transition import Transition
 from algorithms.common.uniform_replay import make_uniform_replay
+from framework.core.errors import check
 
 FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "start", "fresh")
 Record = Transition | FrameStep  # what an actor sends the replay: its n-step items, or a frame replay's steps
@@ -76,7 +77,18 @@ def prioritized_replay(env: Any, num_envs: int, capacity: int, batch_size: int, 
 def frame_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float,
                  priority_exponent: Optional[float]) -> Replay:
     height, width, stack = env.observation_shape
+    check_frame_ring(capacity, num_envs, stack, n_step)
     replay = make_frame_replay(num_envs, capacity // num_envs, (height, width), env.observation_dtype, stack, n_step,
                                discount, batch_size, priority_exponent)
     return Replay(init=lambda obs: replay.init(), record=lambda items, step: frame_step(step), add=replay.add,
                   sample=replay.sample, set_priorities=replay.set_priorities, frames=True)
+
+
+def check_frame_ring(capacity: int, num_envs: int, stack: int, n_step: int) -> None:
+    """Refuse, naming the key, a ring per env too short for one item: a stack of frames and n_step more."""
+    per_env = capacity // num_envs
+    check(per_env >= stack + 1, "algo.buffer_size", capacity, f"at least {num_envs * (stack + n_step)}",
+          f"each of the {num_envs} envs' rings must hold a stack of {stack} frames and n_step more")
+    check(stack + n_step <= per_env, "algo.n_step", n_step, f"at most {per_env - stack}",
+          f"each env's ring of algo.buffer_size / {num_envs} = {per_env} frames must hold a stack of {stack} "
+          "frames and n_step more")
