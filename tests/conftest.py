@@ -14,8 +14,9 @@ from framework.core.config import TrainConfig  # noqa: E402
 from framework.core.devices import use_compilation_cache  # noqa: E402
 
 # the tests' own programs in run.py's default cache, as their run.py subprocesses' are: a later session loads them
-# instead of compiling (the first in-process train() of a worker turned it on anyway, for what followed in that worker)
-use_compilation_cache(TrainConfig.compilation_cache)
+# instead of compiling (the first in-process train() of a worker turned it on anyway, for what followed in that worker);
+# a cache named in the environment wins (bench/mutation.py keeps its mutants' programs out of the default one)
+use_compilation_cache(os.environ.get("JAX_COMPILATION_CACHE_DIR") or TrainConfig.compilation_cache)
 
 import subprocess  # noqa: E402
 
