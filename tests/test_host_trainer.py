@@ -3,7 +3,9 @@ end, lockstep reproducibility, an env that raises, and what the path refuses."""
 import json
 import threading
 import time
+from types import SimpleNamespace
 
+import jax
 import numpy as np
 import pytest
 from conftest import compose_config
@@ -13,6 +15,8 @@ from framework.app.train import train
 from framework.core.errors import ConfigError, HostRunError
 from framework.core.host_env import derived_seed
 from framework.run.policy import policy_path
+from framework.sebulba.actor import column_order
+from framework.sebulba.trainer import HostRun
 from framework.tools.evaluate import main as evaluate_main
 
 SHORT = ["env=gymnasium", "total_env_steps=2048", "eval_every=1024", "log_every=1024", "eval_episodes=2",
@@ -36,6 +40,13 @@ def test_a_short_run_learns_evaluates_and_writes_its_results(algo, tmp_path):
     assert all(np.isfinite(seed["final_eval_return"]) and seed["final_eval_return"] >= 8 for seed in summary["seeds"])
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [1024, 2048] and "eval/return" in records[-1]
+    # the algorithm's actor metrics, read from the actor threads: DQN's epsilon on its schedule (the actor's clock
+    # may run a block of 64 steps ahead in free mode), Ape-X's return per rung of its 2-actor ladder
+    if algo == "dqn":
+        assert records[-1]["train/epsilon"] == pytest.approx(1 - 0.96 * (2048 + 64) / 8000, abs=0.96 * 64 / 8000)
+    else:
+        per_rung = [v for k, v in records[-1].items() if k.startswith("actors/return_eps_")]
+        assert len(per_rung) == 2 and all(v >= 8 for v in per_rung), records[-1]
     runtime = summary["runtime"]
     # the learner drew its share: the limiter keeps samples within one round of the target ratio
     assert runtime["samples_per_insert_target"] == pytest.approx(2.0)
@@ -150,3 +161,17 @@ def test_host_env_seeds_stay_below_2_to_the_32():
              for step in (0, 128, 2_000_000)}
     assert len(seeds) == 36 and all(0 <= seed <= 2**32 - MAX_VECTOR_ENVS for seed in seeds)
     np.random.RandomState(max(seeds) + MAX_VECTOR_ENVS - 1)  # a vector env's last env seed is still accepted
+
+
+def test_actor_metrics_read_every_slots_envs_in_env_order():
+    """Slot k owns columns k, k + slots, ...: the algorithm's actor_metrics sees them back in env order."""
+    columns = column_order(6, 2)  # slot 0: envs 0, 2, 4; slot 1: envs 1, 3, 5
+    slots = [SimpleNamespace(metric_inputs=lambda c=c: ({"clock": c[None] * 10}, c[None].astype(np.float32)))
+             for c in columns]
+    run = SimpleNamespace(actors=slots, env_order=np.argsort(columns.reshape(-1)),
+                          actor_metrics=jax.vmap(lambda states, returns: {**states, "returns": returns}))
+    metrics = HostRun.actor_side_metrics(run)
+    np.testing.assert_array_equal(metrics["returns"], [np.arange(6)])
+    np.testing.assert_array_equal(metrics["clock"], [np.arange(6) * 10])
+    slots[1].metric_inputs = lambda: None  # a slot before its first block: nothing yet
+    assert HostRun.actor_side_metrics(run) == {}

@@ -96,7 +96,12 @@ def test_lockstep_on_the_host_equals_the_single_program(algo):
     state = jax.jit(jax.vmap(with_device_axis(algorithm.init)))(seed_keys)  # R2D2's learner is on a device axis
     update = jax.jit(jax.vmap(with_device_axis(algorithm.update)))
     for _ in range(ROUNDS):
-        state, _ = update(state)
+        state, metrics = update(state)
+    # the algorithm's actor metrics (returns per exploration rate) over the host run's envs: the single program's
+    actor_metrics = run.actor_side_metrics()
+    assert actor_metrics and any(np.any(value != 0) for value in actor_metrics.values()), actor_metrics
+    for name, value in actor_metrics.items():
+        np.testing.assert_allclose(value, metrics[name], rtol=1e-6, err_msg=name)
     host, single = jax.device_get(run.learner), jax.device_get(state.learner)
     # float tolerance: CartPole's physics compiled into two different programs round differently (observations
     # ~6e-7 apart), which ten Adam steps carry into the parameters (seen up to 3e-5 relative); the actions agree

@@ -142,6 +142,8 @@ class Actor:
         self.open_envs(env_seed)
         self.meter = Meter()
         self.finished = [[] for _ in range(num_seeds)]  # returns of the episodes that ended, per seed
+        # each env's last ended episode's return (0 before one ends): the single program's returned_episode_return
+        self.last_returns = np.zeros((num_seeds, self.width), np.float32)
         self.staleness: list[int] = []
 
     def open_envs(self, env_seed: int) -> None:
@@ -202,6 +204,7 @@ class Actor:
             self.started, self.fresh = self.shaped(step.started), False
             for seed, column in zip(*np.nonzero(self.shaped(step.ended)), strict=True):
                 self.finished[seed].append(float(self.shaped(step.episode_return)[seed, column]))
+                self.last_returns[seed, column] = self.finished[seed][-1]
             self.obs, self.actor_states = self.shaped(step.obs), next_states
             self.staleness.append(learner_version() - version)
             params, version = parameters()  # the newest for the next actions; the step is observed with its own
@@ -221,6 +224,13 @@ class Actor:
     def recent_returns(self) -> list[Optional[float]]:
         """Each seed's mean return over its last 10 finished episodes (None before the first)."""
         return [float(np.mean(returns[-10:])) if returns else None for returns in self.finished]
+
+    def metric_inputs(self) -> Optional[tuple[Any, np.ndarray]]:
+        """What ActorLearner.actor_metrics reads of this thread's envs, as host values: (actor states [S, width,
+        ...], each env's last ended episode's return [S, width]); None before the first block."""
+        if self.actor_states is None:
+            return None
+        return jax.device_get(self.actor_states), self.last_returns.copy()
 
     def close(self) -> None:
         self.envs.close()

@@ -118,6 +118,8 @@ class HostRun:
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
         self.learner_metrics = None if parts.learner_metrics is None else jax.jit(jax.vmap(parts.learner_metrics))
+        self.actor_metrics = None if parts.actor_metrics is None else jax.jit(jax.vmap(parts.actor_metrics))
+        self.env_order = np.argsort(self.columns.reshape(-1))  # slots' columns one after another -> env order
         self.learner_meter = Meter()
         self.actors: list[Actor] = []  # or framework.sebulba.ray.actors.RaySlot, with the same contract
         self.fleet = None  # actors=ray: framework.sebulba.ray.actors.RayFleet
@@ -220,6 +222,7 @@ class HostRun:
                        **{name: np.asarray(value) for name, value in self.learn_metrics.items()}}
             if self.learner_metrics is not None:  # the replay's statistics, at report boundaries only
                 metrics.update({name: np.asarray(value) for name, value in self.learner_metrics(self.learner).items()})
+            metrics.update(self.actor_side_metrics())
             # a quiet point: no learner call runs, so the state is whole (its host copy outlives the donation)
             saved = (jax.device_get(self.checkpoint_state()), self.counters()) if checkpoint else None
             reports.put(Report(now, self.programs.snapshot(self.learner), metrics, last, saved), timeout=timeout)
@@ -299,6 +302,17 @@ class HostRun:
                                                "runtime/actor_processes": len(self.fleet.live),
                                                "runtime/actor_nodes": len(set(self.fleet.live.values()))}),
         }
+
+    def actor_side_metrics(self) -> dict:
+        """The algorithm's actor metrics (e.g. a return per exploration rate) over every slot's envs, per seed;
+        nothing before every slot has acted its first block."""
+        inputs = [actor.metric_inputs() for actor in self.actors]
+        if self.actor_metrics is None or not inputs or any(found is None for found in inputs):
+            return {}
+        in_env_order = lambda *slots: np.concatenate(slots, axis=1)[:, self.env_order]
+        states = jax.tree.map(in_env_order, *[state for state, _ in inputs])
+        returns = in_env_order(*[last for _, last in inputs])
+        return {name: np.asarray(value) for name, value in self.actor_metrics(states, returns).items()}
 
     def recent_return(self) -> float:
         per_seed = [r for actor in self.actors for r in actor.recent_returns() if r is not None]

@@ -43,6 +43,7 @@ class RayBlock(NamedTuple):
     episodes: list[list[float]]  # per seed, the returns of the episodes the block ended
     busy: float  # seconds the slot's Actor was busy with the block
     env_restarts: int  # envs the slot restarted during the block (env.on_error=restart)
+    metric_inputs: Any  # the slot's Actor.metric_inputs() after the block
 
 
 class ActorProcess:
@@ -91,7 +92,8 @@ class ActorProcess:
         items, priorities = actor.block(env_steps, lambda: fixed, lambda: version)
         return RayBlock(items=jax.device_get(items), priorities=jax.device_get(priorities),
                         episodes=[returns[start:] for returns, start in zip(actor.finished, ended_before, strict=True)],
-                        busy=actor.meter.busy - busy_before, env_restarts=actor.restarts - env_restarts_before)
+                        busy=actor.meter.busy - busy_before, env_restarts=actor.restarts - env_restarts_before,
+                        metric_inputs=actor.metric_inputs())
 
     def close(self) -> None:
         for actor in self.slots.values():
@@ -223,6 +225,7 @@ class RaySlot:
         self.meter = Meter()
         self.finished: list[list[float]] = [[] for _ in range(fleet.train.num_seeds)]
         self.staleness: list[int] = []
+        self.inputs = None  # the last block's Actor.metric_inputs()
         self.restarts = 0  # env restarts inside the process (env.on_error=restart), as an Actor counts them
         self.actor_restarts = 0  # times this slot was reopened after its process died
         self.round, self.round_keys = first_round, round_keys  # the next round to deliver, its keys
@@ -270,6 +273,7 @@ class RaySlot:
         self.meter.busy += result.busy
         self.meter.count += self.block_steps  # vector steps, as an Actor counts them
         self.restarts += result.env_restarts
+        self.inputs = result.metric_inputs
         self.staleness.append(learner_version() - version)
         self.round += 1
         self.round_keys = self.next_round(self.round_keys)[0]
@@ -313,6 +317,9 @@ class RaySlot:
                 process = fleet.any_live()
 
     recent_returns = Actor.recent_returns  # it reads `finished` only
+
+    def metric_inputs(self) -> Optional[tuple[Any, np.ndarray]]:
+        return self.inputs
 
     def close(self) -> None:
         """The fleet kills the processes (a process may hold several slots)."""
