@@ -42,8 +42,9 @@ def main(argv: list[str]) -> None:
             result = run_to_solve(f"algo={algo}", *TASKS[task], f"seed={args.seed}", f"num_seeds={args.seeds}")
             seeds = result["summary"]["seeds"]
             finals = [seed["final_eval_return"] for seed in seeds]
-            rows.append([algo, final_iqm(finals), f"{min(finals):.3g}", f"{max(finals):.3g}",
-                         " ".join(f"{f:.3g}" for f in finals), f"{result['summary']['env_steps']:,}",
+            # four digits: a final of 474.6 must not print as a solved 475
+            rows.append([algo, final_iqm(finals), f"{min(finals):.4g}", f"{max(finals):.4g}",
+                         " ".join(f"{f:.4g}" for f in finals), f"{result['summary']['env_steps']:,}",
                          f"{result['process_seconds']:.0f}"])
             print(f"{task} {algo}: finals {rows[-1][4]}", flush=True)
         print_table(f"{task} ({' '.join(TASKS[task])}), seed={args.seed}, {args.seeds} seeds",
