@@ -112,8 +112,9 @@ def test_the_named_key_is_read_from_both_kinds_of_message():
     assert named_key(hydra_message.replace("seed", "algo.n_step")) == "algo.n_step"
     assert named_key("Invalid config: Could not override 'env.colour'.; Key 'colour' not in 'GridWorldConfig'; "
                      "key: env.colour.") == "env.colour"
+    # a key that no changed key bears on (algo.n_step's partners are a frame ring's sizes, not the discount)
     assert not blames_a_changed_key("Invalid config: algo.n_step=0. Allowed: an integer >= 1.",
-                                    ["algo=dqn", "env=cartpole", "algo.buffer_size=0"])
+                                    ["algo=dqn", "env=cartpole", "algo.discount=2"])
     assert blames_a_changed_key("Invalid config: algo.batch_size=64 (a batch cannot be larger than the buffer).",
                                 ["algo=dqn", "env=cartpole", "algo.buffer_size=2"])
 
