@@ -1,6 +1,7 @@
-"""Any gymnax environment with a discrete action space, on this project's contract.
+"""Any gymnax environment, discrete or continuous actions, on this project's contract.
 
     python run.py env=gymnax env.id=Acrobot-v1 env.params.max_steps_in_episode=300
+    python run.py algo=d4pg env=gymnax env.id=Pendulum-v1
 
 gymnax 1.0's `step_env` gives (obs, state, reward, terminated, info) and `is_truncated(state,
 params)` the time limit; both are kept apart as `terminated` and `truncated`, and the auto-reset
@@ -21,9 +22,8 @@ from flax import struct
 from framework.core.env import Environment, StepResult
 from framework.core.errors import ConfigError, check, check_number
 from framework.core.registry import register_env
+from framework.core.spaces import Space, from_gymnasium
 
-# gymnax ids whose action space is continuous (checked again on the built env)
-CONTINUOUS_IDS = ("Pendulum-v1", "MountainCarContinuous-v0", "PointRobot-misc", "Reacher-misc", "Swimmer-misc")
 # MinAtar's channels are 0/1 floats in gymnax; as booleans a 1M-transition replay takes 8x less memory
 BOOLEAN_OBSERVATIONS = "-MinAtar"
 
@@ -31,13 +31,14 @@ BOOLEAN_OBSERVATIONS = "-MinAtar"
 @dataclasses.dataclass
 class GymnaxConfig:
     name: str = "gymnax"
-    id: str = "CartPole-v1"  # a gymnax id: gymnax.registered_envs, discrete actions only
+    id: str = "CartPole-v1"  # a gymnax id: gymnax.registered_envs (the algorithm says which action kinds it takes)
     # the ids this env option takes (a glob): env=minatar, with MinAtar's own run settings, "*-MinAtar"
     id_pattern: str = "*"
     # Overrides of the env's own params (gymnax's EnvParams), e.g. {max_steps_in_episode: 200}.
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the chance that a step repeats the previous action instead of the chosen one (MinAtar's
-    # sticky_action_prob: 0.1 in its paper, which gymnax leaves out), in training and evaluation alike
+    # sticky_action_prob: 0.1 in its paper, which gymnax leaves out), in training and evaluation alike;
+    # discrete actions only
     sticky_actions: float = 0.0
 
     def validate(self) -> None:
@@ -46,10 +47,6 @@ class GymnaxConfig:
         check(isinstance(self.params, dict) and all(isinstance(k, str) for k in self.params), "env.params",
               self.params, "a mapping of the env's param names to values")
         check_number("env.sticky_actions", self.sticky_actions, 0, 1, high_inclusive=False)
-
-
-def discrete_ids(registered: list[str]) -> list[str]:
-    return [env_id for env_id in registered if env_id not in CONTINUOUS_IDS]
 
 
 def overridden_params(env_id: str, params: Any, overrides: dict[str, Any]) -> Any:
@@ -95,7 +92,7 @@ class GymnaxEnv(Environment):
     render_fps = 10  # MinAtar's frames, slow enough to follow
 
     def __init__(self, gymnax_env: Any, env_id: str, params: Any, observation_space: Any, one_hot: bool,
-                 sticky_actions: float = 0.0):
+                 action_space: Space, sticky_actions: float = 0.0):
         self._env, self._params = gymnax_env, params
         self._sticky_actions = sticky_actions
         self.name = env_id
@@ -103,15 +100,14 @@ class GymnaxEnv(Environment):
         # a Discrete observation (FrozenLake's cell index) becomes a one-hot vector a network can take
         self._one_hot_size = int(observation_space.n) if one_hot else None
         self._observation_shape = (self._one_hot_size,) if one_hot else tuple(int(n) for n in observation_space.shape)
-        self._num_actions = int(gymnax_env.action_space(params).n)
+        self._action_space = action_space
 
     @property
     def default_params(self) -> Any:
         return self._params
 
-    @property
-    def num_actions(self) -> int:
-        return self._num_actions
+    def action_space(self, params: Any) -> Space:
+        return self._action_space
 
     @property
     def observation_shape(self) -> tuple[int, ...]:
@@ -160,15 +156,18 @@ def make_gymnax(config: GymnaxConfig) -> tuple[GymnaxEnv, Any]:
     from gymnax.environments import spaces
 
     registered = [env_id for env_id in gymnax.registered_envs if fnmatch.fnmatchcase(env_id, config.id_pattern)]
-    allowed = f"a gymnax id with discrete actions: {', '.join(discrete_ids(registered))}"
+    allowed = f"a gymnax id: {', '.join(registered)}"
     elsewhere = config.id in gymnax.registered_envs  # a gymnax id, but not one this env option takes
     check(config.id in registered, "env.id", config.id, allowed,
           f"this env option takes {config.id_pattern} ids only" if elsewhere else "not a gymnax environment")
-    check(config.id not in CONTINUOUS_IDS, "env.id", config.id, allowed, "its action space is continuous")
     gymnax_env, params = gymnax.make(config.id)
-    if not isinstance(gymnax_env.action_space(params), spaces.Discrete):
-        raise ConfigError("env.id", config.id, allowed, "its action space is not discrete")
+    try:
+        action_space = from_gymnasium(gymnax_env.action_space(params))
+    except ValueError as error:
+        raise ConfigError("env.id", config.id, f"{allowed} with Discrete or Box actions", str(error)) from None
+    check(config.sticky_actions == 0 or action_space.kind == "discrete", "env.sticky_actions", config.sticky_actions,
+          "0 for an env with continuous actions", f"{config.id}'s actions are {action_space.describe()}")
     params = overridden_params(config.id, params, config.params)
     space = gymnax_env.observation_space(params)
-    return GymnaxEnv(gymnax_env, config.id, params, space, isinstance(space, spaces.Discrete),
+    return GymnaxEnv(gymnax_env, config.id, params, space, isinstance(space, spaces.Discrete), action_space,
                      config.sticky_actions), params

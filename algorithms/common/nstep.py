@@ -24,12 +24,15 @@ class NStepWindow:
     acted: Optional[jax.Array] = None
 
 
-def empty_window(obs: jax.Array, n: int, host: bool = False) -> NStepWindow:
-    """A window for envs whose current observations are `obs` [num_envs, ...]; `host`: it records `acted`."""
-    per_env = lambda dtype: jnp.zeros((n, obs.shape[0]), dtype)
+def empty_window(obs: jax.Array, n: int, host: bool = False, action: Optional[jax.ShapeDtypeStruct] = None
+                 ) -> NStepWindow:
+    """A window for envs whose current observations are `obs` [num_envs, ...]; `host`: it records `acted`.
+    `action`: one env's action (shape and dtype), by default an integer []; a Box env's are float vectors."""
+    action = action or jax.ShapeDtypeStruct((), jnp.int32)
+    per_env = lambda dtype, shape=(): jnp.zeros((n, obs.shape[0], *shape), dtype)
     no_obs = jnp.zeros((n, *obs.shape), obs.dtype)
-    return NStepWindow(no_obs, per_env(jnp.int32), per_env(jnp.float32), per_env(bool), per_env(bool), no_obs,
-                       jnp.int32(0), per_env(bool) if host else None)
+    return NStepWindow(no_obs, per_env(action.dtype, action.shape), per_env(jnp.float32), per_env(bool),
+                       per_env(bool), no_obs, jnp.int32(0), per_env(bool) if host else None)
 
 
 def push(window: NStepWindow, step: dict, n: int) -> NStepWindow:

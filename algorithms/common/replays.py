@@ -40,9 +40,10 @@ def frame_step(step: dict) -> FrameStep:
                      **{key: step[key] for key in FRAME_STEP_KEYS})
 
 
-def example_item(obs: jax.Array, n_step: int, discount: float) -> Transition:
-    """One item's shapes and dtypes for envs whose observations are `obs` [num_envs, ...]."""
-    return jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n_step), discount))
+def example_item(obs: jax.Array, n_step: int, discount: float, action: Optional[jax.ShapeDtypeStruct] = None
+                 ) -> Transition:
+    """One item's shapes and dtypes for envs whose observations are `obs` [num_envs, ...] (and actions `action`)."""
+    return jax.tree.map(lambda x: x[0], oldest_transition(empty_window(obs, n_step, action=action), discount))
 
 
 def uniform_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float) -> Replay:
@@ -61,15 +62,16 @@ def uniform_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_st
 
 
 def prioritized_replay(env: Any, num_envs: int, capacity: int, batch_size: int, n_step: int, discount: float,
-                       priority_exponent: float) -> Replay:
-    """Ape-X's: items in a row per env (prioritized_replay.py), or frames per env, one sum tree over them."""
+                       priority_exponent: float, action: Optional[jax.ShapeDtypeStruct] = None) -> Replay:
+    """Ape-X's: items in a row per env (prioritized_replay.py), or frames per env, one sum tree over them.
+    `action`: one env's action as items hold it (default: an integer [])."""
     if getattr(env, "frame_stack", None):
         return frame_replay(env, num_envs, capacity, batch_size, n_step, discount, priority_exponent)
     replay = make_prioritized_replay(capacity, num_envs, batch_size, priority_exponent)
     by_env = lambda x: jax.numpy.swapaxes(x, 0, 1)  # [steps, envs, ...] -> [envs, steps, ...]: a row per env
-    return Replay(init=lambda obs: replay.init(example_item(obs, n_step, discount)), record=lambda items, step: items,
-                  add=lambda state, items, priorities: replay.add(state, jax.tree.map(by_env, items),
-                                                                  by_env(priorities)),
+    add = lambda state, items, priorities: replay.add(state, jax.tree.map(by_env, items), by_env(priorities))
+    return Replay(init=lambda obs: replay.init(example_item(obs, n_step, discount, action)),
+                  record=lambda items, step: items, add=add,
                   sample=replay.sample, set_priorities=replay.set_priorities, frames=False,
                   stored_priorities=replay.stored_priorities)
 
