@@ -10,7 +10,7 @@ from framework.core.config import validated
 from framework.core.env import EpisodeStatistics
 from framework.core.host_env import HostStep
 from framework.core.keys import rollout_draws
-from framework.core.spaces import Discrete
+from framework.core.spaces import Space
 from framework.sebulba.actor import first_round_keys, next_round_keys, with_device_axis
 from framework.sebulba.runtime import BoundedQueue, StopSignal
 from framework.sebulba.trainer import HostRun
@@ -25,6 +25,12 @@ R2D2 = ["algo=r2d2", "env=cartpole", "env.observe=position", "algo.num_actors=2"
         "algo.rollout_length=8", "algo.sequence_period=8", "algo.burn_in=4", "algo.sequence_length=11",
         "algo.batch_size=8", "algo.samples_per_insert=4", "algo.buffer_size=64", "algo.learning_starts=8",
         "algo.lstm_size=8", "algo.hidden_sizes=[8]", "algo.actor_sync_period=1", "algo.target_update_period=2"]
+# D4PG (Box actions, Gaussian noise): gymnax's Pendulum cut at 20 steps (episodes end), 4 envs x 8 steps a round,
+# learning from round 2
+D4PG = ["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "+env.params.max_steps_in_episode=20", "algo.num_actors=2",
+        "algo.envs_per_actor=2", "algo.rollout_length=8", "algo.batch_size=16", "algo.learning_starts=64",
+        "algo.learner_updates_per_iteration=2", "algo.buffer_size=512", "algo.num_atoms=11",
+        "algo.policy_hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]", "algo.target_update_period=2"]
 
 
 class JaxEnvOnHost:
@@ -35,15 +41,15 @@ class JaxEnvOnHost:
 
     def __init__(self, env, env_params, seed: int, num_seeds: int, num_envs: int, steps_per_round: int):
         self.env, self.params, self.name = EpisodeStatistics(env), env_params, env.name
-        self.observation_shape, self.num_actions = env.observation_shape, env.num_actions
+        self.observation_shape, self.space = env.observation_shape, env.action_space(env_params)
         self.observation_dtype = np.float32
         self.seed, self.num_seeds, self.num_envs, self.steps_per_round = seed, num_seeds, num_envs, steps_per_round
         self.reset_all = jax.jit(jax.vmap(jax.vmap(self.env.reset, in_axes=(0, None)), in_axes=(0, None)))
         self.step_all = jax.jit(jax.vmap(jax.vmap(self.env.step, in_axes=(0, 0, 0, None)), in_axes=(0, 0, 0, None)))
         self.env_keys = jax.jit(jax.vmap(lambda key: rollout_draws(key, steps_per_round, num_envs)[1]))
 
-    def action_space(self, params=None) -> Discrete:
-        return Discrete(self.num_actions)
+    def action_space(self, params=None) -> Space:
+        return self.space
 
     def vector_env(self, num_envs: int, timeout_s: float) -> "JaxEnvOnHost":
         assert num_envs == self.num_seeds * self.num_envs
@@ -63,7 +69,7 @@ class JaxEnvOnHost:
         if self.t == self.steps_per_round:  # a new round: its rollout keys, as the actor part draws its own
             self.round_keys, rollout_keys, _ = next_round_keys(self.round_keys)
             self.keys, self.t = self.env_keys(rollout_keys), 0
-        actions = np.asarray(actions).reshape(self.num_seeds, self.num_envs)
+        actions = np.asarray(actions).reshape(self.num_seeds, self.num_envs, *getattr(self.space, "shape", ()))
         obs, self.state, reward, terminated, truncated, info = self.step_all(self.keys[:, self.t], self.state,
                                                                              actions, self.params)
         self.t += 1
@@ -78,7 +84,7 @@ class JaxEnvOnHost:
         pass
 
 
-@pytest.mark.parametrize("algo", [DQN, R2D2], ids=["dqn", "r2d2"])
+@pytest.mark.parametrize("algo", [DQN, R2D2, D4PG], ids=["dqn", "r2d2", "d4pg"])
 def test_lockstep_on_the_host_equals_the_single_program(algo):
     train = validated(compose_config(*algo, *RUN))
     env, env_params, algorithm = build(train)
