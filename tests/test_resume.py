@@ -24,6 +24,10 @@ TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "num_seeds=2", "total_env_steps=40960",
                   "log_every=2560", "eval_every=5120", "eval_episodes=4", "checkpoint.every=2560", "checkpoint.keep=2",
                   "algo.lstm_size=16", "algo.hidden_sizes=[16]")
+# continuous actions: the policy and critic with their targets, float actions in replay, the actors' noise keys
+D4PG_TWO_SEEDS = ("algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "num_seeds=2", "total_env_steps=8000",
+                  "log_every=1000", "eval_every=2000", "eval_episodes=2", "checkpoint.every=2000", "checkpoint.keep=2",
+                  "algo.policy_hidden_sizes=[32]", "algo.critic_hidden_sizes=[32]", "algo.learning_starts=500")
 
 
 def with_values(overrides: tuple[str, ...], **values: str) -> tuple[str, ...]:
@@ -37,7 +41,7 @@ def with_values(overrides: tuple[str, ...], **values: str) -> tuple[str, ...]:
 DQN_BIG_REPLAY = (*with_values(DQN_TWO_SEEDS, total_env_steps="24000", checkpoint__every="4000"),
                   "algo.buffer_size=1000000")
 RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES), "r2d2": (R2D2_TWO_SEEDS, {}),
-        "dqn_big_replay": (DQN_BIG_REPLAY, {})}
+        "d4pg": (D4PG_TWO_SEEDS, {}), "dqn_big_replay": (DQN_BIG_REPLAY, {})}
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +100,10 @@ def _kill_after_first_checkpoint(run_dir, overrides, env):
     process.wait()
 
 
-# R2D2's is slow-marked (~40 s): DQN's and Ape-X's cover the resume path in CI; R2D2's adds its recurrent state
-@pytest.mark.parametrize("name", ["dqn", "apex_two_devices", pytest.param("r2d2", marks=pytest.mark.slow)])
+# R2D2's and D4PG's are slow-marked (~40 s each): DQN's and Ape-X's cover the resume path in CI; R2D2's adds its
+# recurrent state, D4PG's two networks and float actions
+@pytest.mark.parametrize("name", ["dqn", "apex_two_devices", pytest.param("r2d2", marks=pytest.mark.slow),
+                                  pytest.param("d4pg", marks=pytest.mark.slow)])
 def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
     overrides, env = RUNS[name]
     uninterrupted, interrupted = uninterrupted(name), tmp_path / "interrupted"
