@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Wheels for bench/gpu_atari.sh, fetched here (PyPI) for a GPU machine with its own Python 3.12, jax, flax, optax,
-# chex and orbax but no network: what `run.py env=atari` imports beyond those, into .whl/ (git-ignored).
+# chex and orbax but no network: what `run.py env=atari` (and --d4pg's MuJoCo envs) import beyond those, into .whl/
+# (git-ignored).
 #   bash bench/gpu_wheels.sh && ls .whl
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ done
 pinned() { python3 -c "import importlib.metadata as m, sys; print(f'{sys.argv[1]}=={m.version(sys.argv[1])}')" "$1"; }
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d .whl "$(pinned ale-py)" "$(pinned flashbax)" "$(pinned hydra-core)" "$(pinned omegaconf)" \
-  "$(pinned gymnasium)" "$(pinned farama-notifications)"
+  "$(pinned gymnasium)" "$(pinned farama-notifications)" "$(pinned mujoco)" "$(pinned glfw)" "$(pinned PyOpenGL)"
 # hydra's parser needs antlr4's 4.9 runtime, published as an sdist only: a pure-Python wheel built here
 python3 -m pip wheel -q --no-deps -w .whl "$(pinned antlr4-python3-runtime)"
 du -sh .whl && ls .whl

@@ -146,14 +146,24 @@ SB3_ZOO = {
                                      policy_kwargs=dict(net_arch=[256, 256]))),
 }
 
+# rl-baselines3-zoo, hyperparams/td3.yml and sac.yml (as the zoo's published Pendulum-v1 models record them)
+SB3_ZOO_CONTINUOUS = {
+    "TD3": {"Pendulum-v1": (20_000, dict(learning_rate=1e-3, buffer_size=200_000, learning_starts=10_000, gamma=0.98,
+                                         train_freq=(1, "episode"), gradient_steps=-1,
+                                         policy_kwargs=dict(net_arch=[400, 300])))},
+    "SAC": {"Pendulum-v1": (20_000, dict(learning_rate=1e-3))},
+}
+SB3_NOISE_STD = {"TD3": 0.1}  # the zoo's noise_type normal, noise_std 0.1
+
 SB3_CHILD = r'''
 import time
 START = time.time()
 import json, sys
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import DQN
+import stable_baselines3
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.evaluation import evaluate_policy
 
 spec = json.loads(sys.argv[1])
@@ -174,7 +184,14 @@ class Evaluations(BaseCallback):
                 self.first_solve = (self.num_timesteps, time.time() - START)
         return True
 
-model = DQN("MlpPolicy", gym.make(env_id), seed=spec["seed"], device="cpu", verbose=0, **spec["hyper"])
+hyper = dict(spec["hyper"], **({"train_freq": tuple(spec["hyper"]["train_freq"])}
+                                if isinstance(spec["hyper"].get("train_freq"), list) else {}))
+env = gym.make(env_id)
+if spec.get("noise_std"):
+    size = env.action_space.shape[0]
+    hyper["action_noise"] = NormalActionNoise(np.zeros(size), spec["noise_std"] * np.ones(size))
+model = getattr(stable_baselines3, spec.get("algo", "DQN"))("MlpPolicy", env, seed=spec["seed"], device="cpu",
+                                                            verbose=0, **hyper)
 evaluations = Evaluations()
 model.learn(total_timesteps=spec["steps"], callback=evaluations)
 final, _ = evaluate_policy(model, gym.make(env_id), n_eval_episodes=100, deterministic=True)
@@ -185,12 +202,14 @@ print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluatio
 '''
 
 
-def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000) -> dict:
-    """stable-baselines3's DQN with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps, in a fresh process:
-    its periodic evaluations (none if `eval_every` is 0), its final 100-episode greedy return and wall-clock.
-    Needs stable-baselines3 (with torch)."""
-    steps, hyper = SB3_ZOO[env_id]
-    spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper)
+def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000, algo: str = "DQN"
+            ) -> dict:
+    """stable-baselines3's `algo` (DQN, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps, in a
+    fresh process: its periodic evaluations (none if `eval_every` is 0), its final 100-episode greedy (deterministic)
+    return and wall-clock. Needs stable-baselines3 (with torch)."""
+    steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
+    spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper, algo=algo,
+                noise_std=SB3_NOISE_STD.get(algo))
     out = subprocess.run([sys.executable, "-c", SB3_CHILD, json.dumps(spec)], check=True, capture_output=True,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "env_steps": steps}

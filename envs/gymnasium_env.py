@@ -11,6 +11,7 @@ before anything starts. Image observations given channels first ([C, H, W]) must
 `channels_first=true`: they are transposed to [H, W, C] for the networks, never guessed from the shape.
 """
 import dataclasses
+import os
 from typing import Any, Callable, Optional
 
 import gymnasium
@@ -132,6 +133,8 @@ class GymnasiumEnv(HostEnvironment):
         """One env for one evaluation episode (framework.core.host_env.host_evaluate); `rgb_array`: one that draws."""
         if render_mode is None:
             return self.factory.make()
+        if not os.environ.get("DISPLAY"):  # MuJoCo's renderer wants an OpenGL context: EGL's needs no display
+            os.environ.setdefault("MUJOCO_GL", "egl")
         return dataclasses.replace(self.factory, kwargs={**self.factory.kwargs, "render_mode": render_mode}).make()
 
 
