@@ -18,11 +18,11 @@ from algorithms.common.dqn_family import Exploration, FamilySettings, Prioritize
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import check_network_config, make_q_network
 from algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
-from algorithms.common.replays import prioritized_replay
+from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
 from algorithms.common.targets import huber
 from framework.core.algorithm import Algorithm, Memory
 from framework.core.devices import num_learners
-from framework.core.errors import check, check_number, check_positive_int
+from framework.core.errors import check_number, check_positive_int
 from framework.core.registry import register_algorithm
 
 
@@ -83,12 +83,7 @@ class ApexConfig:
                     "batch_size", "learner_updates_per_iteration", "beta_steps", "target_update_period"):
             check_positive_int(f"algo.{key}", getattr(self, key))
         check_positive_int("algo.learning_starts", self.learning_starts, minimum=0)
-        rows = self.num_actors * self.envs_per_actor
-        check(self.buffer_size >= rows * self.rollout_length, "algo.buffer_size", self.buffer_size,
-              f"at least num_actors * envs_per_actor * rollout_length ({rows * self.rollout_length})",
-              "one iteration's transitions must fit")
-        check(self.batch_size <= self.buffer_size, "algo.batch_size", self.batch_size,
-              f"at most algo.buffer_size ({self.buffer_size})", "a batch cannot be larger than the buffer")
+        check_actor_replay_sizes(self)
         check_number("algo.actor_epsilon", self.actor_epsilon, 0, 1)
         check_number("algo.actor_alpha", self.actor_alpha, 0)
         check_number("algo.discount", self.discount, 0, 1)

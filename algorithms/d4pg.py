@@ -26,7 +26,7 @@ from algorithms.common.networks import select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import prioritized_replay
+from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
 from framework.core.errors import ConfigError, check, check_number, check_positive_int
@@ -85,12 +85,7 @@ class D4PGConfig:
             check_positive_int(f"algo.{key}", getattr(self, key))
         check_positive_int("algo.learning_starts", self.learning_starts, minimum=0)
         check_positive_int("algo.num_atoms", self.num_atoms, minimum=2)
-        rows = self.num_actors * self.envs_per_actor
-        check(self.buffer_size >= rows * self.rollout_length, "algo.buffer_size", self.buffer_size,
-              f"at least num_actors * envs_per_actor * rollout_length ({rows * self.rollout_length})",
-              "one iteration's transitions must fit")
-        check(self.batch_size <= self.buffer_size, "algo.batch_size", self.batch_size,
-              f"at most algo.buffer_size ({self.buffer_size})", "a batch cannot be larger than the buffer")
+        check_actor_replay_sizes(self)
         check_number("algo.sigma_max", self.sigma_max, 0)
         check_number("algo.sigma_min", self.sigma_min, 0, self.sigma_max)
         check_number("algo.discount", self.discount, 0, 1)

@@ -1,6 +1,6 @@
 """Mutation testing of the small pure modules the results rest on: each module against its own focused tests.
 
-    python bench/mutation.py                      # all seven modules, one after another
+    python bench/mutation.py                      # every module below, one after another
     python bench/mutation.py targets nstep        # some of them
     python bench/mutation.py --report             # the table again, from the last run's records
 
@@ -48,6 +48,9 @@ MODULES = {
     # the replay's tests only: the rest of the file builds and trains an R2D2 network
     "sequence_replay": ("algorithms/common/sequence_replay.py",
                         ["tests/test_r2d2.py", "-k", "drawable or a_draw_gathers or replay"]),
+    # D4PG's categorical projection and n-step target; the rest of the file builds and runs D4PG
+    "distributional": ("algorithms/common/distributional.py",
+                       ["tests/test_d4pg.py", "-k", "projection or n_step_target"]),
 }
 
 # mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)

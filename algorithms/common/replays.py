@@ -94,3 +94,13 @@ def check_frame_ring(capacity: int, num_envs: int, stack: int, n_step: int) -> N
     check(stack + n_step <= per_env, "algo.n_step", n_step, f"at most {per_env - stack}",
           f"each env's ring of algo.buffer_size / {num_envs} = {per_env} frames must hold a stack of {stack} "
           "frames and n_step more")
+
+
+def check_actor_replay_sizes(config: Any) -> None:
+    """An actor population's replay keys (Ape-X, D4PG): one iteration's transitions fit, and so does a batch."""
+    rows = config.num_actors * config.envs_per_actor
+    check(config.buffer_size >= rows * config.rollout_length, "algo.buffer_size", config.buffer_size,
+          f"at least num_actors * envs_per_actor * rollout_length ({rows * config.rollout_length})",
+          "one iteration's transitions must fit")
+    check(config.batch_size <= config.buffer_size, "algo.batch_size", config.batch_size,
+          f"at most algo.buffer_size ({config.buffer_size})", "a batch cannot be larger than the buffer")
