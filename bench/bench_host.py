@@ -1,7 +1,11 @@
-"""Where the time of a host-env run goes (env=gymnasium, CartPole-v1): env, actor, learner, system, JAX path.
+"""Where the time of a host-env run goes (env=gymnasium): env, actor, learner, system, JAX path.
 
-    python bench/bench_host.py [--algos dqn apex] [--seeds 10] [--env-steps 20000] [--diagnose] [--profile] [--side]
-                               [--whole] [--skip-sb3]
+    python bench/bench_host.py [--algos dqn apex r2d2 d4pg] [--seeds 10] [--env-steps 20000] [--diagnose] [--profile]
+                               [--side] [--whole] [--skip-sb3]
+
+Each algorithm on its task (TASKS): DQN and Ape-X on CartPole-v1, R2D2 on CartPole without its velocities
+(envs.partially_observed:CartPolePosition-v1; the JAX path env=cartpole env.observe=position), D4PG on Pendulum-v1
+(the JAX path gymnax's).
 
 For each algorithm with its defaults (algo=dqn picks conf/algo_env/dqn_gymnasium.yaml), in this process:
 
@@ -46,7 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 from shared import REPO_ROOT, format_rate, print_machine, print_table, run_to_solve
@@ -131,7 +135,7 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     from framework.core.config import validated
 
     share_programs()
-    train = validated(compose_config(f"algo={algo}", "env=gymnasium", f"num_seeds={seeds}",
+    train = validated(compose_config(f"algo={algo}", *TASKS[algo].host, f"num_seeds={seeds}",
                                      f"total_env_steps={env_steps}"))
     env, _, algorithm = build(train)
     run = host_run(train, env, algorithm)
@@ -144,7 +148,8 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
         # 1. env alone
         envs, rng = actor.envs, np.random.default_rng(0)
         log(f"{algo}: 1. env alone ({envs.num_envs} envs)")
-        out["env"] = best_rate(lambda: envs.step(rng.integers(0, env.action_space().n, envs.num_envs)), envs.num_envs)
+        space = env.action_space()
+        out["env"] = best_rate(lambda: envs.step(random_actions(space, rng, envs.num_envs)), envs.num_envs)
 
         # 2. env with policy, parameters fixed
         log(f"{algo}: 2. env with policy")
@@ -212,6 +217,13 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     return out
 
 
+def random_actions(space, rng, count: int):
+    """`count` uniform actions of a Discrete or a (bounded) Box space."""
+    if space.kind == "discrete":
+        return rng.integers(space.start, space.start + space.n, count)
+    return rng.uniform(space.low, space.high, (count, *space.shape)).astype(space.dtype)
+
+
 def system(train, env, algorithm, ready_publish: bool = False) -> dict:
     """Section 4: a fresh HostRun trained in free mode, timed from the learner thread's start to its end.
     `ready_publish`: the store publishes a parameter copy only once it is computed (a bench-side patch of the
@@ -264,7 +276,7 @@ def jax_path(algo: str, seeds: int, env_steps: int, xla_flags: str = "") -> floa
     """The single program's env steps/s (all seeds, after compilation) from summary.json."""
     run_dir = Path(tempfile.mkdtemp(prefix="bench_host_"))
     try:
-        subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), f"algo={algo}", "env=cartpole",
+        subprocess.run([sys.executable, str(REPO_ROOT / "run.py"), f"algo={algo}", *TASKS[algo].jax,
                         f"num_seeds={seeds}", f"total_env_steps={env_steps}", f"eval_every={env_steps}",
                         f"log_every={env_steps}", "final_eval_episodes=10", "progress=false",
                         f"hydra.run.dir={run_dir}"], cwd=REPO_ROOT, check=True, capture_output=True,
@@ -337,6 +349,20 @@ def with_xla_flags(extra: str) -> dict:
     return {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {extra}".strip()}
 
 
+class Task(NamedTuple):
+    name: str
+    host: tuple[str, ...]  # run.py overrides of the host path
+    jax: tuple[str, ...]  # and of the single program on the same task
+
+
+CARTPOLE = Task("CartPole-v1", ("env=gymnasium",), ("env=cartpole",))
+TASKS = {"dqn": CARTPOLE, "apex": CARTPOLE,
+         "r2d2": Task("CartPole without velocities",
+                      ("env=gymnasium", "env.id=envs.partially_observed:CartPolePosition-v1"),
+                      ("env=cartpole", "env.observe=position")),
+         "d4pg": Task("Pendulum-v1", ("env=gymnasium", "env.id=Pendulum-v1"), ("env=gymnax", "env.id=Pendulum-v1"))}
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.0%}" if b else "-"
 
@@ -371,7 +397,8 @@ def print_where(results: list[dict]) -> None:
         cpu_bound = os.cpu_count() / (r["policy_process_cores"] / r["policy"]
                                       + r["learner_process_cores"] / learner_env)
         rows += [
-            [f"{r['algo']}, {r['seeds']} seeds x {r['envs_per_seed']} envs", "1. env alone (random actions)",
+            [f"{r['algo']}, {r['seeds']} seeds x {r['envs_per_seed']} envs, {TASKS[r['algo']].name}",
+             "1. env alone (random actions)",
              format_rate(r["env"]), "", ""],
             ["", "2. env with policy (Actor.block, fixed params)", format_rate(r["policy"]), "",
              f"{ratio(r['policy'], r['env'])} of 1; process {r['policy_process_cores']:.2f} cores, actor thread on "
@@ -388,10 +415,10 @@ def print_where(results: list[dict]) -> None:
              f"{format_rate(ACCEPT_ENV * r['policy'])}"],
             *system_rows(r, r, "4. system, free mode", cpu_bound),
             *(system_rows(r, r["ready"], "4b. system, publish once computed", cpu_bound) if "ready" in r else []),
-            ["", "5. JAX single program (env=cartpole)", format_rate(r["jax"]), "",
+            ["", f"5. JAX single program ({' '.join(TASKS[r['algo']].jax)})", format_rate(r["jax"]), "",
              f"host system (4) = {r['system_env'] / r['jax']:.1%} of it"],
         ]
-    print_table("Where the time goes: env=gymnasium CartPole-v1, one actor thread, each algorithm's defaults "
+    print_table("Where the time goes: env=gymnasium, one actor thread, each algorithm's defaults on its task "
                 "(env steps/s over all seeds; learner batches/s per seed, the seeds in one vmapped call)",
                 ["run", "stage", "env steps/s", "learner batches/s", "notes"], rows)
 
@@ -440,7 +467,7 @@ def xla_threads_experiment(algo: str, seeds: int, env_steps: int) -> list[list[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algos", nargs="+", default=["dqn", "apex"], choices=["dqn", "apex"])
+    parser.add_argument("--algos", nargs="+", default=["dqn", "apex"], choices=list(TASKS))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--env-steps", type=int, default=20_000, help="env steps per seed of 4 and 5")
     parser.add_argument("--side", action="store_true", help="the env checker and XLA threads experiments")
@@ -491,7 +518,8 @@ def main() -> None:
     if args.whole:
         print_table("Whole runs from launch (defaults; periodic evaluations and the final one included)",
                     ["run", "seeds", "env steps per seed", "wall s", "min final", "finals >= 475"],
-                    whole_run_rows(args.algos, args.seeds, not args.skip_sb3))
+                    whole_run_rows([a for a in args.algos if TASKS[a] is CARTPOLE], args.seeds,
+                                   not args.skip_sb3))
     print(f"  load:    {os.getloadavg()[0]:.1f} (1-min load average at the end)")
     for r in results:
         if "profile" in r:

@@ -273,7 +273,7 @@ def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_pa
     # algo and env by name: this process also holds the probes other test modules register
     for group in ("logger", "distributed", "sweep"):
         assert f"{group}: {', '.join(group_options(group))}" in lines, group
-    assert "algo: apex, dqn, r2d2, rightward, tabular_q" in lines
+    assert "algo: apex, d4pg, dqn, r2d2, rightward, tabular_q" in lines
     assert "env: atari, cartpole, corridor, gridworld, gymnasium, gymnax, minatar" in lines
     assert "Chosen here: algo=apex env=cartpole logger=console distributed=auto." in result.stdout
     assert "--cfg job" in result.stdout and "Traceback" not in result.stderr
