@@ -153,6 +153,10 @@ SB3_ZOO_CONTINUOUS = {
                                          policy_kwargs=dict(net_arch=[400, 300])))},
     "SAC": {"Pendulum-v1": (20_000, dict(learning_rate=1e-3))},
 }
+# the zoo's MuJoCo entries (td3.yml and sac.yml, "mujoco-defaults", 1e6 steps): SB3's defaults (TD3 400x300 nets,
+# SAC 256x256, batches of 256, one gradient step per env step) after 10,000 random steps
+SB3_ZOO_CONTINUOUS["TD3"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
+SB3_ZOO_CONTINUOUS["SAC"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
 SB3_NOISE_STD = {"TD3": 0.1}  # the zoo's noise_type normal, noise_std 0.1
 
 SB3_CHILD = r'''
@@ -168,6 +172,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 spec = json.loads(sys.argv[1])
 env_id, target, eval_every = spec["env_id"], spec["target"], spec["eval_every"]
+max_seconds = spec.get("max_seconds")
 
 class Evaluations(BaseCallback):
     """Greedy evaluation of 16 episodes every `eval_every` steps, as lightspeed's periodic ones; trains on to
@@ -177,6 +182,8 @@ class Evaluations(BaseCallback):
         self.eval_env = gym.make(env_id)
         self.returns, self.first_solve = [], None
     def _on_step(self):
+        if max_seconds and time.time() - START > max_seconds:
+            return False  # the wall-clock budget is spent: stop training, evaluate what was learned
         if eval_every and self.num_timesteps % eval_every == 0:
             mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=16, deterministic=True)
             self.returns.append(float(mean))
@@ -198,21 +205,22 @@ final, _ = evaluate_policy(model, gym.make(env_id), n_eval_episodes=100, determi
 print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluations.first_solve[0],
                   "first_solve_seconds": evaluations.first_solve and evaluations.first_solve[1],
                   "final_eval_return": float(final), "returns": evaluations.returns,
-                  "wall_seconds": time.time() - START}))
+                  "env_steps": int(model.num_timesteps), "wall_seconds": time.time() - START}))
 '''
 
 
-def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000, algo: str = "DQN"
-            ) -> dict:
-    """stable-baselines3's `algo` (DQN, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps, in a
-    fresh process: its periodic evaluations (none if `eval_every` is 0), its final 100-episode greedy (deterministic)
-    return and wall-clock. Needs stable-baselines3 (with torch)."""
-    steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
-    spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper, algo=algo,
-                noise_std=SB3_NOISE_STD.get(algo))
+def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000, algo: str = "DQN",
+            steps: Optional[int] = None, max_seconds: Optional[float] = None) -> dict:
+    """stable-baselines3's `algo` (DQN, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps (or
+    `steps`; training stops early once `max_seconds` from launch are spent), in a fresh process: its periodic
+    evaluations (none if `eval_every` is 0), its final 100-episode greedy (deterministic) return, the env steps it
+    trained and its wall-clock. Needs stable-baselines3 (with torch)."""
+    zoo_steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
+    spec = dict(env_id=env_id, seed=seed, steps=steps or zoo_steps, target=target, eval_every=eval_every, hyper=hyper,
+                algo=algo, noise_std=SB3_NOISE_STD.get(algo), max_seconds=max_seconds)
     out = subprocess.run([sys.executable, "-c", SB3_CHILD, json.dumps(spec)], check=True, capture_output=True,
                          text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "env_steps": steps}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def sb3_rows(num_seeds: int, target: float) -> tuple[list[list[str]], list[dict]]:
