@@ -27,6 +27,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 from shared import REPO_ROOT, print_machine
 
@@ -132,6 +133,23 @@ def run_with_deadline(command: list[str], log_path: Path, seconds: float) -> Non
                 process.wait()
 
 
+class TimedRun(NamedTuple):
+    summary: dict  # the run's summary.json
+    last_log: dict  # its last metrics.jsonl record
+    seconds: float  # from launch to exit, compilation and evaluations included
+
+
+def timed_run(command: list[str], log_path: Path, seconds: float, run_dir: Path) -> TimedRun:
+    """`run.py` as `command` (writing to `run_dir`) under run_with_deadline; the tail of its output printed."""
+    print("$ " + " ".join(command[1:]), flush=True)
+    start = time.perf_counter()
+    run_with_deadline(command, log_path, seconds)
+    print(log_path.read_text()[-3000:])
+    records = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return TimedRun(json.loads((run_dir / "summary.json").read_text()), json.loads(records[-1]) if records else {},
+                    time.perf_counter() - start)
+
+
 def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None:
     """Ape-X on Pong for about `seconds` of training at phase 4's rate (RLlib's layout, a 200k-frame replay so the
     run starts at once), then its final evaluation of 10 whole games (raw score). Past twice its budget the run
@@ -145,15 +163,12 @@ def pong(out: Path, seconds: float, apex_rate, steps=None, overrides=()) -> None
                f"eval_every={steps}", "log_every=10000", "eval_episodes=10", "final_eval_episodes=10",
                "algo.buffer_size=200000", "runtime.num_actor_threads=2", "progress=false", f"hydra.run.dir={run_dir}",
                *overrides]
-    print("$ " + " ".join(command[1:]), flush=True)
-    start = time.perf_counter()
-    run_with_deadline(command, out / "5_pong.log", seconds)
-    print((out / "5_pong.log").read_text()[-3000:])
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run = timed_run(command, out / "5_pong.log", seconds, run_dir)
+    summary = run.summary
     seed = summary["seeds"][0]
     frames = bench_atari.FRAMES_PER_STEP * summary["env_steps"]
     print(f"Pong after {summary['env_steps']:,} env steps ({frames / 1e6:.2f}M frames, "
-          f"{time.perf_counter() - start:.0f} s with compilation and evaluation): final raw score "
+          f"{run.seconds:.0f} s with compilation and evaluation): final raw score "
           f"{seed['final_eval_return']:.1f} +- {seed['final_eval_std']:.1f} over {summary['final_eval_episodes']} "
           f"games; {summary['env_steps_per_second']:.0f} env steps/s over the run; runtime {summary['runtime']}")
 

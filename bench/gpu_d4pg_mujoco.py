@@ -12,14 +12,13 @@ Phases (files in --out, default $OUT, else /tmp/gpu_d4pg_mujoco):
                   (its output: 1_d4pg.log). Past twice its budget the run gets a SIGTERM and still evaluates.
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from gpu_atari import machine, run_phase, run_with_deadline
+from bench_d4pg import HALFCHEETAH_SUPPORT
+from gpu_atari import machine, run_phase, timed_run
 
 ACTORS, ENVS_PER_ACTOR = 8, 2
 
@@ -32,16 +31,12 @@ def d4pg(out: Path, seconds: float, env_id: str, steps_per_second: float) -> Non
                f"algo.num_actors={ACTORS}", f"algo.envs_per_actor={ENVS_PER_ACTOR}", "algo.rollout_length=4",
                "algo.learner_updates_per_iteration=64", "algo.policy_hidden_sizes=[256,256,256]",
                "algo.critic_hidden_sizes=[512,512,256]", "algo.buffer_size=1000000", "algo.learning_starts=10000",
-               "runtime.num_actor_threads=2", "progress=false", f"hydra.run.dir={run_dir}"]
-    print("$ " + " ".join(command[1:]), flush=True)
-    start = time.perf_counter()
-    run_with_deadline(command, out / "1_d4pg.log", seconds)
-    print((out / "1_d4pg.log").read_text()[-3000:])
-    summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    batches = records[-1].get("runtime/learner_batches_per_second", float("nan"))
+               "runtime.num_actor_threads=2", *HALFCHEETAH_SUPPORT, "progress=false", f"hydra.run.dir={run_dir}"]
+    run = timed_run(command, out / "1_d4pg.log", seconds, run_dir)
+    summary = run.summary
+    batches = run.last_log.get("runtime/learner_batches_per_second", float("nan"))
     seed = summary["seeds"][0]
-    print(f"D4PG on {env_id}: {summary['env_steps']:,} env steps in {time.perf_counter() - start:.0f} s with "
+    print(f"D4PG on {env_id}: {summary['env_steps']:,} env steps in {run.seconds:.0f} s with "
           f"compilation and evaluation; {summary['env_steps_per_second']:,.0f} env steps/s over the run; learner "
           f"{batches:.1f} batches of 256/s at the last log; final return {seed['final_eval_return']:.1f} over "
           f"{summary['final_eval_episodes']} episodes")

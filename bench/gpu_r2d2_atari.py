@@ -11,14 +11,12 @@ Phases (files in --out, default $OUT, else /tmp/gpu_r2d2_atari):
                   (its output: 1_r2d2.log). Past twice its budget the run gets a SIGTERM and still evaluates.
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from gpu_atari import machine, run_phase, run_with_deadline
+from gpu_atari import machine, run_phase, timed_run
 
 FRAMES_PER_STEP = 4  # the ALE's frame skip
 ENVS = (8, 8)  # actors x envs per actor
@@ -33,18 +31,13 @@ def r2d2(out: Path, seconds: float, game: str, steps_per_second: float) -> None:
                f"eval_every={steps}", "log_every=10240", "eval_episodes=5", "final_eval_episodes=5",
                f"algo.num_actors={actors}", f"algo.envs_per_actor={envs}", f"algo.buffer_size={SEQUENCES}",
                "algo.learning_starts=512", "runtime.num_actor_threads=2", "progress=false", f"hydra.run.dir={run_dir}"]
-    print("$ " + " ".join(command[1:]), flush=True)
-    start = time.perf_counter()
-    run_with_deadline(command, out / "1_r2d2.log", seconds)
-    print((out / "1_r2d2.log").read_text()[-3000:])
-    summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    last = records[-1]
+    run = timed_run(command, out / "1_r2d2.log", seconds, run_dir)
+    summary = run.summary
     rate = summary["env_steps_per_second"]
-    batches = last.get("runtime/learner_batches_per_second", float("nan"))
+    batches = run.last_log.get("runtime/learner_batches_per_second", float("nan"))
     sequence_rate = batches * 64  # R2D2Config's batch of 64 sequences
     seed = summary["seeds"][0]
-    print(f"R2D2 on {game}: {summary['env_steps']:,} env steps in {time.perf_counter() - start:.0f} s with "
+    print(f"R2D2 on {game}: {summary['env_steps']:,} env steps in {run.seconds:.0f} s with "
           f"compilation and evaluation; {rate * FRAMES_PER_STEP:,.0f} frames/s ({rate:,.0f} env steps/s) over the "
           f"run; learner {batches:.2f} batches/s ({sequence_rate:.0f} sequences of 121 steps/s) at the last log; "
           f"final raw score {seed['final_eval_return']:.1f} over {summary['final_eval_episodes']} games")
