@@ -65,8 +65,16 @@ def run_phase(out: Path, name: str, phase) -> object:
     return result
 
 
-def machine() -> None:
-    print_machine("lightspeed on Atari, GPU machine")
+def machine(title: str = "lightspeed on Atari, accelerator machine") -> None:
+    """The machine, its devices and the versions, read in a child process: on a TPU one process at a time holds the
+    chip, and the run.py phases come after."""
+    child = subprocess.run([sys.executable, "-c", f"import gpu_atari; gpu_atari.machine_here({title!r})"],
+                           cwd=Path(__file__).parent, capture_output=True, text=True, check=False)
+    print(child.stdout + (child.stderr[-2000:] if child.returncode else ""), end="")
+
+
+def machine_here(title: str) -> None:
+    print_machine(title)
     import jax
 
     print(f"  devices: {', '.join(str(device) for device in jax.devices())}")

@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "/tmp/gpu_d4pg_mujoco"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    run_phase(args.out, "0_machine", machine)
+    run_phase(args.out, "0_machine", lambda: machine('lightspeed D4PG on MuJoCo, accelerator machine'))
     run_phase(args.out, "1_d4pg", lambda: d4pg(args.out, args.seconds, args.env_id, args.steps_per_second))
 
 

@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "/tmp/gpu_r2d2_atari"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    run_phase(args.out, "0_machine", machine)
+    run_phase(args.out, "0_machine", lambda: machine('lightspeed R2D2 on Atari, accelerator machine'))
     run_phase(args.out, "1_r2d2", lambda: r2d2(args.out, args.seconds, args.game, args.steps_per_second))
 
 
