@@ -12,6 +12,7 @@ before anything starts. Image observations given channels first ([C, H, W]) must
 """
 import dataclasses
 import os
+import sys
 from typing import Any, Callable, Optional
 
 import gymnasium
@@ -64,7 +65,9 @@ class GymnasiumConfig:
 def probe_env(factory: EnvFactory, env_id: str) -> gymnasium.Env:
     """One env built in this process, its construction failures as config errors."""
     try:
-        return factory.make()
+        env = factory.make()
+        show_mujoco_warnings_once()
+        return env
     except TypeError as error:
         raise ConfigError("env.kwargs", factory.kwargs, f"keyword arguments that {env_id}'s constructor takes",
                           describe(error)) from None
@@ -136,6 +139,22 @@ class GymnasiumEnv(HostEnvironment):
         if not os.environ.get("DISPLAY"):  # MuJoCo's renderer wants an OpenGL context: EGL's needs no display
             os.environ.setdefault("MUJOCO_GL", "egl")
         return dataclasses.replace(self.factory, kwargs={**self.factory.kwargs, "render_mode": render_mode}).make()
+
+
+def show_mujoco_warnings_once() -> None:
+    """MuJoCo prints its model compiler's warnings (MuJoCo 4 on HalfCheetah's settotalmass) at every model load, so for
+    every env and every evaluation episode: once each is enough. A no-op unless the env imported MuJoCo."""
+    mujoco = sys.modules.get("mujoco")
+    if mujoco is None or getattr(mujoco.get_mju_user_warning(), "shows_once", False):
+        return
+    shown: set[str] = set()
+
+    def show_once(text: str) -> None:
+        if text not in shown:
+            shown.add(text)
+            print(f"MuJoCo warning: {text}", file=sys.stderr, flush=True)
+    show_once.shows_once = True
+    mujoco.set_mju_user_warning(show_once)
 
 
 @register_env("gymnasium", config=GymnasiumConfig, host=True)

@@ -205,3 +205,23 @@ def test_a_host_run_learns_pendulum_and_its_policy_steps_gymnasiums_own_env_by_h
     replayed = json.loads((host_run / "evaluation.json").read_text())
     assert replayed["seeds"][0]["mean"] == pytest.approx(final)
     assert (host_run / "episode.gif").stat().st_size > 10_000  # gymnasium renders the pendulum
+
+
+def test_a_mujoco_env_has_box_actions_renders_without_a_display_and_warns_once(capfd):
+    """HalfCheetah-v5 through env=gymnasium: its 6-D Box, an rgb_array frame through EGL, and MuJoCo 4's compiler
+    warning (printed at every model load: every env, every evaluation episode) shown at most once more."""
+    pytest.importorskip("mujoco")
+    from envs.gymnasium_env import GymnasiumConfig, make_gymnasium
+
+    env, _ = make_gymnasium(GymnasiumConfig(id="HalfCheetah-v5"))
+    space = env.action_space()
+    assert (space.kind, space.shape) == ("box", (6,)) and np.all(space.low == -1.0) and np.all(space.high == 1.0)
+    for _ in range(3):
+        env.evaluation_env().close()
+    drawing = env.evaluation_env("rgb_array")
+    drawing.reset(seed=0)
+    frame = drawing.render()
+    drawing.close()
+    assert frame.shape == (480, 480, 3) and frame.std() > 10  # a picture, not a blank
+    printed = capfd.readouterr()
+    assert (printed.out + printed.err).count("settotalmass") <= 2, printed.err
