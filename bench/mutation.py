@@ -16,7 +16,7 @@ Not a test: pytest does not collect it and CI does not run it. On 2026-12-02 on 
 modules at a time, other jobs running) the 828 mutants took ~62 minutes: targets 9, nstep 8, exploration 10,
 protocol 6, prioritized_replay 23 (each mutant is a fresh pytest process that imports JAX and compiles).
 On 2026-12-05 (one module at a time, the same VM, another job running) R2D2's sequence_targets took 4.0 minutes
-for 204 mutants and sequence_replay 6.4 for 255.
+for 204 mutants and sequence_replay 6.4 for 255; on 2026-12-06 D4PG's distributional 0.8 for 41.
 """
 import argparse
 import json
@@ -57,6 +57,7 @@ MODULES = {
 CLAMPED = "indexes a size-1 axis at 1; JAX clamps an out-of-bounds index to the last element, the same one"
 ARANGE_INT = "powers of an int32 arange instead of a float32 one: discount ** k is the same float32 either way"
 TAKE_AXIS = "take_along_axis's axis defaults to -1: dropping axis=-1 changes nothing"
+LINSPACE_DTYPE = "linspace without dtype=float32: with x64 off (JAX's default and the project's) it is float32 anyway"
 HUBER_EDGE = "< instead of <= at |error| = delta, where both branches give delta^2 / 2"
 TD_AXIS = "axis=+1 instead of -1 on Q(s) [batch, actions], 2-D by td_errors' own [:, None] indexing: the same axis"
 EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for name, why in {
@@ -117,6 +118,9 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "make_sequence_replay__mutmut_200": "env clamped at num_envs + 1 instead of - 1: only a padding leaf has env "
                                         "num_envs, and JAX clamps that out-of-bounds gather index to num_envs - 1",
     "make_sequence_replay__mutmut_241": "leaves >= 0 instead of > 0: at 0 both branches read 0 ** (1 / alpha)",
+}.items()} | {f"algorithms.common.distributional.x_{name}": why for name, why in {
+    "atoms__mutmut_4": LINSPACE_DTYPE,
+    "atoms__mutmut_8": LINSPACE_DTYPE,
 }.items()}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the

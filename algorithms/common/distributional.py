@@ -17,7 +17,7 @@ def categorical_projection(values: jax.Array, probabilities: jax.Array, support:
     """
     gap = support[1] - support[0]
     clipped = jnp.clip(values, support[0], support[-1])
-    closeness = jnp.clip(1.0 - jnp.abs(clipped[None, :] - support[:, None]) / gap, 0.0, 1.0)  # [M, K]
+    closeness = jnp.maximum(1.0 - jnp.abs(clipped[None, :] - support[:, None]) / gap, 0.0)  # [M, K], <= 1
     return closeness @ probabilities
 
 
