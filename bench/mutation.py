@@ -67,8 +67,8 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
     "td_errors__mutmut_14": TAKE_AXIS, "td_errors__mutmut_17": TD_AXIS, "td_errors__mutmut_19": CLAMPED,
 }.items()} | {f"algorithms.common.nstep.x_{name}": why for name, why in {
     "push__mutmut_6": "concatenate without axis=0: its default axis is 0",
-    "empty_window__mutmut_28": "the rewards' zeros without dtype=float32: jnp.zeros' default dtype is float32",
-    "oldest_transition__mutmut_28": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
+    "empty_window__mutmut_40": "the rewards' zeros as per_env(None): jnp.zeros' default dtype is float32",
+    "oldest_transition__mutmut_39": "valid.astype(None) instead of float32: astype(None) is the default float, float32",
 }.items()} | {
     # mutmut names a method x<U+01C1>Class<U+01C1>method
     "framework.run.protocol.x\u01c1BestPolicies\u01c1keep__mutmut_8": "reshape's -1 as -2: numpy 2 takes any negative "

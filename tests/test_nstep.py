@@ -105,3 +105,26 @@ def test_a_one_step_window_is_valid_at_once():
     np.testing.assert_allclose(item.n_step_return, [1.5, -2.0])
     np.testing.assert_allclose(item.bootstrap_discount, [0.0, GAMMA])
     np.testing.assert_array_equal(item.action, [1, 2])
+
+
+def test_a_host_window_records_acted_and_a_box_window_holds_float_action_vectors():
+    obs = jnp.ones((NUM_ENVS, OBS_DIM), jnp.float32)
+    assert empty_window(obs, N).acted is None  # the single program: every step acted
+    acted = empty_window(obs, N, host=True).acted
+    assert acted.shape == (N, NUM_ENVS) and acted.dtype == bool and not np.asarray(acted).any()
+    box = empty_window(obs, N, action=jax.ShapeDtypeStruct((3,), jnp.float32))
+    assert box.action.shape == (N, NUM_ENVS, 3) and box.action.dtype == jnp.float32
+
+
+def test_on_a_host_no_item_starts_at_a_step_the_engine_spent_on_a_reset():
+    """Env 0's oldest step was a reset (acted False), env 1's acted; the newer steps acted the other way round."""
+    obs = jnp.zeros((NUM_ENVS, OBS_DIM))
+    window = empty_window(obs, 2, host=True)
+    for acted in ([False, True], [True, False]):
+        step = {"obs": obs, "action": jnp.array([1, 2], jnp.int32), "reward": jnp.array([1.0, 1.0]),
+                "terminated": jnp.array([False, False]), "truncated": jnp.array([False, False]), "next_obs": obs,
+                "acted": jnp.array(acted)}
+        window = push(window, step, 2)
+    item = oldest_transition(window, GAMMA)
+    assert item.valid.dtype == jnp.float32
+    np.testing.assert_array_equal(item.valid, [0.0, 1.0])
