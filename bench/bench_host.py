@@ -143,7 +143,9 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     per_block = seeds * run.round_env_steps  # env steps of one block (all seeds; one actor thread)
     out = {"algo": algo, "seeds": seeds, "envs_per_seed": parts.num_envs, "block_steps": parts.block_steps,
            "updates_per_learn": parts.updates_per_learn, "samples_per_learn": parts.samples_per_learn,
-           "samples_per_insert": run.spi, "actor_threads": len(run.actors)}
+           "samples_per_insert": run.spi, "actor_threads": len(run.actors),
+           # the limiter counts items: transitions (one per env step) or R2D2's sequences (one per period)
+           "steps_per_item": run.round_env_steps / parts.block_items}
     try:
         # 1. env alone
         envs, rng = actor.envs, np.random.default_rng(0)
@@ -369,7 +371,7 @@ def ratio(a: float, b: float) -> str:
 
 def system_rows(r: dict, s: dict, label: str, cpu_bound: float) -> list[list[str]]:
     """Rows of one system run `s` of the algorithm measured in `r`."""
-    limit = s["system_env"] / r["seeds"] * r["samples_per_insert"] * r["updates_per_learn"] / r[
+    limit = s["system_env"] / r["seeds"] / r["steps_per_item"] * r["samples_per_insert"] * r["updates_per_learn"] / r[
         "samples_per_learn"] if r["samples_per_insert"] else None
     return [
         ["", f"{label} ({s['system_seconds']:.0f} s)", format_rate(s["system_env"]), f"{s['system_learner']:,.0f}",
@@ -391,7 +393,7 @@ def print_where(results: list[dict]) -> None:
     for r in results:
         # the env steps/s (all seeds) the learner alone keeps up with at its samples per insert
         learner_env = (r["learner"] / r["updates_per_learn"] * r["samples_per_learn"] / r["samples_per_insert"]
-                       * r["seeds"]) if r["samples_per_insert"] else float("inf")
+                       * r["steps_per_item"] * r["seeds"]) if r["samples_per_insert"] else float("inf")
         serial = 1 / (1 / r["policy"] + 1 / learner_env)
         # what both sides together can reach when each needs the cores it used alone
         cpu_bound = os.cpu_count() / (r["policy_process_cores"] / r["policy"]
