@@ -22,7 +22,7 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
-# the module whose one fixture runs ~4 minutes of cluster scenarios goes first: pytest-xdist hands the start of the
+# the module whose fixture runs ~2 minutes of cluster scenarios goes first: pytest-xdist hands the start of the
 # list to one worker, so it starts at once instead of last, alone, after everything else has run
 STARTED_FIRST = ("test_ray_actors.py",)
 

@@ -1,10 +1,11 @@
 """actors=ray on a two-node Ray cluster, run by tests/test_ray_actors.py inside a private network namespace
 (`unshare -n`, loopback only): nothing it starts can be reached from outside.
 
-    python tests/ray_scenarios.py OUT_DIR
+    python tests/ray_scenarios.py OUT_DIR [SCENARIO ...]     # every scenario, or those named
 
-One cluster (ray.cluster_utils.Cluster, token authentication on) for every scenario, each a `run.py` driver in a
-subprocess whose outcome is written to OUT_DIR/<scenario>.json:
+One cluster (ray.cluster_utils.Cluster, token authentication on) for the first three scenarios, started only when one
+of them is asked for; each scenario a `run.py` driver in a subprocess whose outcome is written to
+OUT_DIR/<scenario>.json:
 
     lockstep        Ape-X on gymnasium CartPole with 3 Ray actors on both nodes, runtime.mode=lockstep, and the
                     same run with 3 actor threads: their final policies
@@ -46,6 +47,7 @@ RAY = ["actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.acto
        "runtime.timeout_s=60"]
 # one actor slot on the head, two on the second node: actors on both nodes, and a removal loses two
 HEAD_RESOURCES, NODE_RESOURCES = {"actor_slot": 1}, {"actor_slot": 2}
+CLUSTER_SCENARIOS = ("lockstep", "sigkill", "node_removal")  # the rest start local heads: no cluster needed
 # a lost node noticed within seconds, not Ray's default ~30 s
 FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
                       "health_check_failure_threshold": 3}
@@ -232,6 +234,17 @@ def main(out: Path, only: list[str]) -> None:
     token.write_text("lightspeed-test-token-" + os.urandom(8).hex())
     token.chmod(0o600)
     (out / "wrong_token.txt").write_text("not-the-cluster-token")
+    if not only or only[0] == "ten_seeds" or set(only) & set(CLUSTER_SCENARIOS):
+        on_a_cluster(out, token, only)
+    run_and_write((("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
+                   ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
+                                                              resume=True)),
+                   ("ctrl_c", lambda: stopped_mid_run("ctrl_c", out, signal.SIGINT, 3072)),
+                   ("back_to_back", lambda: back_to_back(out))), only, out)
+
+
+def on_a_cluster(out: Path, token: Path, only: list[str]) -> None:
+    """The scenarios of a two-node cluster asked for (all when `only` is empty), or the ten-seed check."""
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0",
                       RAY_enable_metrics_collection="0")
     from ray.cluster_utils import Cluster
@@ -252,11 +265,6 @@ def main(out: Path, only: list[str]) -> None:
         run_and_write(scenarios, only, out)
     finally:
         cluster.shutdown()
-    run_and_write((("driver_killed", lambda: stopped_mid_run("driver_killed", out, signal.SIGKILL, 46080)),
-                   ("sigterm_resume", lambda: stopped_mid_run("sigterm_resume", out, signal.SIGTERM, 3072,
-                                                              resume=True)),
-                   ("ctrl_c", lambda: stopped_mid_run("ctrl_c", out, signal.SIGINT, 3072)),
-                   ("back_to_back", lambda: back_to_back(out))), only, out)
 
 
 def run_and_write(scenarios: tuple, only: list[str], out: Path) -> None:

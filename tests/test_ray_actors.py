@@ -1,8 +1,10 @@
 """actors=ray: Ray actor processes on a two-node cluster feed the driver's learner (framework/sebulba/ray/actors.py).
 
-One cluster for the module: tests/ray_scenarios.py runs every scenario inside a private network namespace
-(`unshare -n`, loopback brought up), so nothing it starts is reachable from outside; each test reads one
-scenario's outcome. The listener test alone runs in the host namespace, against docs/ray.md's table.
+tests/ray_scenarios.py runs the scenarios inside a private network namespace (`unshare -n`, loopback brought up), so
+nothing it starts is reachable from outside; each test reads one scenario's outcome. The default suite runs the
+cluster's lockstep, wrong-token and actor-kill scenarios (~2 minutes); the lost node and the local heads stopped by
+signals or run back to back (~5 minutes more) are `slow`. The listener test alone runs in the host namespace, against
+docs/ray.md's table.
 """
 import fcntl
 import json
@@ -32,30 +34,44 @@ def in_private_namespace_works() -> bool:
     return subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
 
 
-def run_scenarios(out: Path) -> None:
-    """Every scenario into `out`, with the script's exit status and the end of its stderr in out/ran.json."""
-    script = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {out}"
+DEFAULT_SCENARIOS = ("lockstep", "sigkill")  # lockstep also runs the wrong-token driver
+SLOW_SCENARIOS = ("node_removal", "driver_killed", "sigterm_resume", "ctrl_c", "back_to_back")
+
+
+def run_scenarios(out: Path, names: tuple[str, ...]) -> None:
+    """The scenarios `names` into `out`, with the script's exit status and the end of its stderr in out/ran.json."""
+    script = f"ip link set lo up && exec {sys.executable} {SCENARIOS} {out} {' '.join(names)}"
     result = subprocess.run(["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, timeout=1500)
     (out / "ran.json").write_text(json.dumps({"returncode": result.returncode, "stderr": result.stderr[-4000:]}))
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """The scenarios' outcomes, run once per pytest session: pytest-xdist workers that each get tests of this
-    module share one run (under a lock), for two runs at once would SIGKILL and count each other's actors."""
+def scenario_outcomes(tmp_path_factory, names: tuple[str, ...]) -> dict:
+    """The outcomes of the scenarios `names`, run once per pytest session: pytest-xdist workers that each get tests
+    of this module share one run (under one lock for every set), for two runs at once would SIGKILL and count each
+    other's actors."""
     if not in_private_namespace_works():
         pytest.skip("needs `unshare -n` (a private network namespace: root, or user namespaces)")
     xdist = "PYTEST_XDIST_WORKER" in os.environ  # under xdist, the parent of a worker's basetemp is the session's
-    session = tmp_path_factory.getbasetemp().parent if xdist else tmp_path_factory.mktemp("ray")
-    out = session / "ray_scenarios"
+    session = tmp_path_factory.getbasetemp().parent if xdist else tmp_path_factory.getbasetemp()
+    out = session / f"ray_scenarios_{names[0]}"
     with open(session / "ray_scenarios.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "ran.json").exists():
             out.mkdir(exist_ok=True)
-            run_scenarios(out)
+            run_scenarios(out, names)
     ran = json.loads((out / "ran.json").read_text())
     assert ran["returncode"] == 0, ran["stderr"]
     return {path.stem: json.loads(path.read_text()) for path in out.glob("*.json") if path.name != "ran.json"}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return scenario_outcomes(tmp_path_factory, DEFAULT_SCENARIOS)
+
+
+@pytest.fixture(scope="module")
+def slow_outcomes(tmp_path_factory):
+    return scenario_outcomes(tmp_path_factory, SLOW_SCENARIOS)
 
 
 def final_policies(run_dir: str, num_seeds: int = 2) -> list:
@@ -106,8 +122,9 @@ def test_an_actor_killed_mid_run_is_replaced_and_the_run_ends_with_its_results(o
     assert result["actors_left"] == 0
 
 
-def test_a_lost_node_is_a_log_line_and_fewer_actors(outcomes):
-    result = outcomes["node_removal"]
+@pytest.mark.slow
+def test_a_lost_node_is_a_log_line_and_fewer_actors(slow_outcomes):
+    result = slow_outcomes["node_removal"]
     assert result["returncode"] == 0, result["output"]
     assert "moves to a live process" in result["output"]
     runtime = result["summary"]["runtime"]
@@ -116,15 +133,17 @@ def test_a_lost_node_is_a_log_line_and_fewer_actors(outcomes):
     assert runtime["runtime/actor_restarts"] == 2  # the removed node's two slots, reopened on the head's process
 
 
-def test_a_sigkilled_driver_leaves_no_ray_process_it_started(outcomes):
-    result = outcomes["driver_killed"]
+@pytest.mark.slow
+def test_a_sigkilled_driver_leaves_no_ray_process_it_started(slow_outcomes):
+    result = slow_outcomes["driver_killed"]
     names = " ".join(result["running_before"])
     assert "gcs_server" in names and "raylet" in names and "ActorProcess" in names, names
     assert result["left"] == []
 
 
-def test_a_run_leaves_no_head_process_and_the_next_one_starts_at_once_on_the_same_ports(outcomes):
-    result = outcomes["back_to_back"]
+@pytest.mark.slow
+def test_a_run_leaves_no_head_process_and_the_next_one_starts_at_once_on_the_same_ports(slow_outcomes):
+    result = slow_outcomes["back_to_back"]
     for run in ("first", "second"):
         assert result[run]["returncode"] == 0, result[run]["output"]
         assert result[run]["summary"]["env_steps"] == 1536
@@ -143,8 +162,9 @@ def assert_stopped_with_a_checkpoint(result: dict, returncode: int, signal_name:
     assert 0 < stopped["env_steps"] < 3072 and result["checkpoints"] == [str(stopped["env_steps"])]
 
 
-def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_the_end(outcomes):
-    result = outcomes["sigterm_resume"]
+@pytest.mark.slow
+def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_the_end(slow_outcomes):
+    result = slow_outcomes["sigterm_resume"]
     assert_stopped_with_a_checkpoint(result, 143, "SIGTERM")
     resumed = result["resumed"]
     assert resumed["returncode"] == 0, resumed["output"]
@@ -152,11 +172,12 @@ def test_a_sigtermed_driver_checkpoints_leaves_nothing_and_its_run_resumes_to_th
     assert result["left_after_resume"] == []
 
 
-def test_ctrl_c_stops_a_ray_run_with_a_checkpoint_and_leaves_nothing(outcomes):
+@pytest.mark.slow
+def test_ctrl_c_stops_a_ray_run_with_a_checkpoint_and_leaves_nothing(slow_outcomes):
     """SIGINT to the driver's process group, as a terminal sends it: exit 130, the resume command last, a
     checkpoint at the steps it stopped at, none of its head's processes left (they run in a session of their own,
     so the signal reaches them only through the driver)."""
-    assert_stopped_with_a_checkpoint(outcomes["ctrl_c"], 130, "SIGINT")
+    assert_stopped_with_a_checkpoint(slow_outcomes["ctrl_c"], 130, "SIGINT")
 
 
 def documented_listeners() -> list[dict]:
