@@ -146,7 +146,8 @@ TINY_ALGO = {"dqn": ["algo=dqn", "algo.num_envs=4", "algo.train_every=32", "algo
                       "algo.learning_starts=128"]}
 
 
-@pytest.mark.parametrize("algo", ["dqn", "apex"])
+# DQN's is slow-marked: Ape-X's covers the Atari path (actor threads, frame replay, resume, evaluate, GIF) in CI
+@pytest.mark.parametrize("algo", [pytest.param("dqn", marks=pytest.mark.slow), "apex"])
 def test_a_tiny_atari_run_trains_checkpoints_resumes_evaluates_and_plays(algo, tmp_path):
     first = train(compose_config(*TINY, *TINY_ALGO[algo]), tmp_path)
     assert first["env_steps"] == 512 and np.isfinite(first["final_eval_return"])
