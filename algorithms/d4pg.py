@@ -4,8 +4,9 @@ n-step transitions with their own initial priorities into prioritised replay; th
 categorical distribution on `num_atoms` atoms from v_min to v_max; `distributional=false`, Ape-X DPG: one value)
 and a policy that climbs the critic's mean, with target networks for both.
 
-    actor    a = scale(clip(tanh(pi(s)) + sigma_i * N(0, 1), -1, 1)): noise in units of the half range, so one
-             sigma means the same on every dimension; actor i's sigma on a geometric ladder
+    actor    a = scale(clip(tanh(pi(s)) + noise, -1, 1)), noise sigma_i * N(0, 1) (Gaussian) or an Ornstein-
+             Uhlenbeck process driven by it (`noise=ou`: correlated in time, zeroed where an episode starts), in units
+             of the half range, so one sigma means the same on every dimension; actor i's sigma on a geometric ladder
     learner  critic: cross-entropy to the projected n-step target distribution (or squared TD error), importance-
              weighted; policy: -Q(s, pi(s)); priorities |E[target] - E[Z(s, a)]|; Polyak or periodic targets
 """
@@ -29,11 +30,12 @@ from algorithms.common.prioritized_replay import importance_weights, priority_me
 from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
-from framework.core.errors import ConfigError, check, check_number, check_positive_int
+from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
 from framework.core.registry import register_algorithm
 from framework.core.spaces import BOX
 
 MAX_WIDTH = 8192
+NOISES = ("gaussian", "ou")
 
 
 @dataclasses.dataclass
@@ -55,6 +57,12 @@ class D4PGConfig:
     # continuous twin of Ape-X's epsilon ladder (from Acme's single sigma 0.3 down to a nearly greedy actor)
     sigma_max: float = 0.3
     sigma_min: float = 0.05
+    # gaussian: independent at each step (Acme's); ou: x' = x - ou_theta x ou_dt + sigma sqrt(ou_dt) N(0, 1), kept in
+    # the actor state and zeroed at episode starts (SB3's OrnsteinUhlenbeckActionNoise, theta 0.15, dt 0.01: rl-zoo's
+    # TD3 on MountainCarContinuous), whose stationary deviation is about sigma / sqrt(2 ou_theta)
+    noise: str = "gaussian"
+    ou_theta: float = 0.15
+    ou_dt: float = 0.01
     actor_sync_period: int = 1  # learner updates between refreshes of the actors' parameters
     n_step: int = 5
     discount: float = 0.99
@@ -88,6 +96,11 @@ class D4PGConfig:
         check_actor_replay_sizes(self)
         check_number("algo.sigma_max", self.sigma_max, 0)
         check_number("algo.sigma_min", self.sigma_min, 0, self.sigma_max)
+        check_choice("algo.noise", self.noise, NOISES)
+        check_number("algo.ou_theta", self.ou_theta, 0, low_inclusive=False)
+        check_number("algo.ou_dt", self.ou_dt, 0, low_inclusive=False)
+        check(self.ou_theta * self.ou_dt <= 1, "algo.ou_dt", self.ou_dt, "a number with algo.ou_theta * algo.ou_dt "
+              f"<= 1 (algo.ou_theta is {self.ou_theta})", "the process would swing from sign to sign, not decay")
         check_number("algo.discount", self.discount, 0, 1)
         check_number("algo.v_min", self.v_min)
         check_number("algo.v_max", self.v_max, self.v_min, low_inclusive=False)
@@ -211,10 +224,18 @@ def plain_critic() -> Critics:
     return Critics(1, lambda values: values[..., 0], loss)
 
 
-class ActorIndex(NamedTuple):
-    """An env's actor state: its place in the seed (which rung of the noise ladder it is on)."""
+class ActorNoise(NamedTuple):
+    """An env's actor state: its place in the seed (which rung of the noise ladder it is on) and its last noise
+    (what an Ornstein-Uhlenbeck process remembers; Gaussian noise keeps it only to be seen)."""
 
     index: jax.Array
+    noise: jax.Array  # [action_size], in half ranges
+
+
+def ornstein_uhlenbeck_step(previous: jax.Array, draw: jax.Array, sigma: jax.Array, theta: float, dt: float
+                            ) -> jax.Array:
+    """One step of the mean-zero OU process from `previous` with the standard normal `draw`."""
+    return previous - theta * previous * dt + sigma * np.sqrt(dt) * draw
 
 
 class DPGParams(NamedTuple):
@@ -264,11 +285,17 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         return decayed_learning_rate(initial, config.lr_final_fraction, config.lr_decay_env_steps, env_steps)
 
     # the actor part
-    def act(params: DPGParams, state: ActorIndex, obs: jax.Array, start: jax.Array, key: jax.Array
-            ) -> tuple[jax.Array, ActorIndex]:
+    def act(params: DPGParams, state: ActorNoise, obs: jax.Array, start: jax.Array, key: jax.Array
+            ) -> tuple[jax.Array, ActorNoise]:
         sigma = jnp.asarray(sigmas)[state.index // config.envs_per_actor]
-        noise = sigma * jax.random.normal(key, (action_size,))
-        return bounds.to_env(jnp.clip(policy_net.apply(params.policy, obs) + noise, -1.0, 1.0)), state
+        draw = jax.random.normal(key, (action_size,))
+        if config.noise == "ou":  # a new episode's process starts from zero
+            noise = ornstein_uhlenbeck_step(jnp.where(start, 0.0, state.noise), draw, sigma, config.ou_theta,
+                                            config.ou_dt)
+        else:
+            noise = sigma * draw
+        action = jnp.clip(policy_net.apply(params.policy, obs) + noise, -1.0, 1.0)
+        return bounds.to_env(action), ActorNoise(state.index, noise)
 
     def observe(params: DPGParams, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Transition, jax.Array]:
         window = push(window, {"obs": step.obs, "action": step.action, "reward": step.reward,
@@ -279,7 +306,7 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         _, td, _ = td_of_items(params, params, items, policy_net, critic_net, critics, bounds)
         return window, items, (jnp.abs(td) + PRIORITY_EPSILON) * items.valid
 
-    def actor_metrics(states: ActorIndex, returns: jax.Array) -> Metrics:
+    def actor_metrics(states: ActorNoise, returns: jax.Array) -> Metrics:
         per_actor = returns.reshape(config.num_actors, config.envs_per_actor).mean(axis=1)
         return {f"actors/return_sigma_{float(sigma):.3g}": per_actor[i] for i, sigma in enumerate(sigmas)}
 
@@ -349,7 +376,7 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
     parts = ActorLearner(
         num_envs=num_envs, block_steps=config.rollout_length, block_items=num_envs * config.rollout_length,
         learning_starts=max(config.learning_starts, config.batch_size),
-        actor_init=lambda index, env_steps: ActorIndex(index), act=act,
+        actor_init=lambda index, env_steps: ActorNoise(index, jnp.zeros(action_size, jnp.float32)), act=act,
         record_init=lambda obs: empty_window(obs, config.n_step, host=True, action=action_example),
         observe=observe, learner_init=learner_init, insert=insert, learn=learn,
         updates_per_learn=config.learner_updates_per_iteration,

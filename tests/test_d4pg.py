@@ -1,6 +1,7 @@
 """D4PG / Ape-X DPG: the categorical projection against the C51 algorithm written out step by step, action bounds and
-scaling, the noise ladder as the actors draw it, priorities against a hand-computed TD error, bad input, and a short
-host run on gymnasium's Pendulum whose saved policy a user steps by hand through gymnasium's own env."""
+scaling, the noise ladder as the actors draw it, Ornstein-Uhlenbeck noise against the AR(1) process by hand,
+priorities against a hand-computed TD error, bad input, and a short host run on gymnasium's Pendulum whose saved
+policy a user steps by hand through gymnasium's own env."""
 import json
 
 import gymnasium
@@ -11,7 +12,7 @@ import pytest
 from conftest import check_like_run_py, compose_config, run_cli, run_python, shared_dir
 
 from algorithms.common.distributional import atoms, categorical_projection, n_step_target
-from algorithms.d4pg import DPGParams, action_bounds, sigma_ladder
+from algorithms.d4pg import ActorNoise, DPGParams, action_bounds, ornstein_uhlenbeck_step, sigma_ladder
 from framework.anakin.trainer import build
 from framework.core.config import validated
 from framework.core.errors import ConfigError
@@ -131,6 +132,42 @@ def test_evaluation_acts_without_noise(pendulum):
     np.testing.assert_array_equal(one(jax.random.key(0)), one(jax.random.key(1)))
 
 
+def test_ornstein_uhlenbeck_noise_is_the_ar1_process_with_its_stationary_variance_and_memory():
+    """x' = a x + sigma sqrt(dt) e with a = 1 - theta dt: stationary variance sigma^2 dt / (1 - a^2), lag-k
+    autocorrelation a^k (theta dt = 0.1 here, so that 200k steps hold ~10k independent stretches)."""
+    theta, dt, sigma, steps = 0.5, 0.2, 0.3, 200_000
+    draws = jax.random.normal(jax.random.key(0), (steps,))
+    step = lambda x, e: (ornstein_uhlenbeck_step(x, e, sigma, theta, dt),) * 2
+    _, path = jax.lax.scan(step, jnp.float32(0.0), draws)
+    path = np.asarray(path[1000:], np.float64)  # past the start at zero
+    a = 1 - theta * dt
+    np.testing.assert_allclose(path.var(), sigma ** 2 * dt / (1 - a ** 2), rtol=0.05)
+    for lag in (1, 10):
+        np.testing.assert_allclose(np.corrcoef(path[:-lag], path[lag:])[0, 1], a ** lag, atol=0.02)
+
+
+def test_ou_actors_carry_their_noise_and_restart_it_at_an_episode_start(pendulum):
+    algorithm, learner, obs = pendulum
+    train = validated(compose_config(*PENDULUM, "algo.sigma_max=0.4", "algo.sigma_min=0.1", "algo.noise=ou",
+                                     "algo.ou_theta=0.5", "algo.ou_dt=0.2"))
+    _, _, ou = build(train)
+    params = algorithm.actor_learner.actor_params(learner)
+    act = lambda parts, noise, start: jax.vmap(parts.act, in_axes=(None, 0, 0, None, 0))(
+        params, ActorNoise(jnp.arange(8, dtype=jnp.int32), jnp.full((8, 1), noise, jnp.float32)), obs,
+        jnp.bool_(start), jax.random.split(jax.random.key(4), 8))
+    fresh, remembering = act(ou.actor_learner, 0.0, False)[1].noise, act(ou.actor_learner, 0.3, False)[1].noise
+    np.testing.assert_allclose(remembering - fresh, (1 - 0.5 * 0.2) * 0.3, rtol=1e-5)  # a x, by hand
+    # where an episode starts the process restarts from zero: what it carried makes no difference
+    np.testing.assert_array_equal(act(ou.actor_learner, 0.3, True)[0], act(ou.actor_learner, 0.0, True)[0])
+    # a rung's noise: sigma_i sqrt(dt) times the actor's standard normal draw, from zero
+    np.testing.assert_allclose(fresh[:, 0] / np.sqrt(0.2), np.repeat(sigma_ladder(4, 0.4, 0.1), 2) * np.asarray(
+        jax.vmap(lambda key: jax.random.normal(key, (1,)))(jax.random.split(jax.random.key(4), 8)))[:, 0],
+        rtol=1e-5)
+    # Gaussian noise remembers nothing
+    gaussian = algorithm.actor_learner
+    np.testing.assert_array_equal(act(gaussian, 0.3, False)[0], act(gaussian, 0.0, False)[0])
+
+
 def test_actor_priorities_are_the_plain_critics_td_error_by_hand():
     train = validated(compose_config(*PENDULUM, "algo.distributional=false", "algo.n_step=1", "algo.discount=0.9"))
     env, env_params, algorithm = build(train)
@@ -162,6 +199,8 @@ def algorithm_networks(train) -> dict:
     (["algo=d4pg", "env=cartpole"], "algo=d4pg acts in box action spaces only"),
     (["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "algo.v_max=-2000"], "algo.v_max=-2000"),
     (["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "algo.sigma_min=0.5"], "algo.sigma_min=0.5"),
+    (["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "algo.noise=pink"], "algo.noise='pink'"),
+    (["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "algo.noise=ou", "algo.ou_dt=10"], "algo.ou_dt=10"),
 ])
 def test_bad_input_is_refused_before_anything_compiles(overrides, named):
     with pytest.raises(ConfigError) as error:

@@ -29,6 +29,7 @@ PARTNERS = {
                          "algo.burn_in", "algo.sequence_length", "algo.sequence_period"},
     "algo.n_step": {"algo.buffer_size", "algo.num_envs", "algo.num_actors", "algo.envs_per_actor"},  # a frame ring
     "algo.train_every": {"algo.num_envs"},
+    "algo.rollout_length": {"algo.sequence_period"},  # R2D2's iterations end where a sequence may start
     "algo.torso": {"env", "env.height", "env.width", "env.observation"},  # a conv torso on small or flat observations
     "env": {"algo"},  # an env whose observations the algorithm cannot take
     "env.observation": {"algo"},
