@@ -226,7 +226,7 @@ def plain_critic() -> Critics:
 
 class ActorNoise(NamedTuple):
     """An env's actor state: its place in the seed (which rung of the noise ladder it is on) and its last noise
-    (what an Ornstein-Uhlenbeck process remembers; Gaussian noise keeps it only to be seen)."""
+    (what an Ornstein-Uhlenbeck process remembers; zeros under Gaussian noise, which remembers nothing)."""
 
     index: jax.Array
     noise: jax.Array  # [action_size], in half ranges
@@ -292,10 +292,11 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         if config.noise == "ou":  # a new episode's process starts from zero
             noise = ornstein_uhlenbeck_step(jnp.where(start, 0.0, state.noise), draw, sigma, config.ou_theta,
                                             config.ou_dt)
+            state = ActorNoise(state.index, noise)
         else:
             noise = sigma * draw
         action = jnp.clip(policy_net.apply(params.policy, obs) + noise, -1.0, 1.0)
-        return bounds.to_env(action), ActorNoise(state.index, noise)
+        return bounds.to_env(action), state
 
     def observe(params: DPGParams, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Transition, jax.Array]:
         window = push(window, {"obs": step.obs, "action": step.action, "reward": step.reward,
