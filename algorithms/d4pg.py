@@ -21,6 +21,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
+from algorithms.common.continuous_actions import NOISES, Bounds, action_bounds, next_noise, sigma_ladder, with_noise
 from algorithms.common.distributional import atoms, mean, n_step_target
 from algorithms.common.dqn_family import PRIORITY_EPSILON, Prioritized, annealed_beta
 from algorithms.common.networks import select_tree
@@ -30,12 +31,11 @@ from algorithms.common.prioritized_replay import importance_weights, priority_me
 from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
-from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.core.errors import check, check_choice, check_number, check_positive_int
 from framework.core.registry import register_algorithm
 from framework.core.spaces import BOX
 
 MAX_WIDTH = 8192
-NOISES = ("gaussian", "ou")
 
 
 @dataclasses.dataclass
@@ -117,15 +117,6 @@ class D4PGConfig:
                   list(sizes), f"a non-empty list of integers from 1 to {MAX_WIDTH}")
 
 
-def sigma_ladder(num_actors: int, sigma_max: float, sigma_min: float) -> np.ndarray:
-    """Actor i's noise scale: geometric from sigma_max (actor 0) to sigma_min (the last); one actor: sigma_max."""
-    if num_actors == 1 or sigma_min == sigma_max:
-        return np.full(num_actors, sigma_max, np.float32)
-    if sigma_min == 0:  # a geometric ladder cannot reach 0: the last actor alone is greedy
-        return np.append(sigma_max * 0.5 ** np.arange(num_actors - 1), 0.0).astype(np.float32)
-    return (sigma_max * (sigma_min / sigma_max) ** (np.arange(num_actors) / (num_actors - 1))).astype(np.float32)
-
-
 class LayerNormMLP(nn.Module):
     """Acme's LayerNormMLP: Dense, LayerNorm and tanh first (inputs of any scale), then Dense and ELU."""
 
@@ -162,33 +153,6 @@ class Critic(nn.Module):
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         inputs = jnp.concatenate([obs.astype(jnp.float32), action], axis=-1)
         return nn.Dense(self.outputs)(LayerNormMLP(self.hidden_sizes)(inputs))
-
-
-class Bounds(NamedTuple):
-    """A Box's middle and half range per entry, flattened: env action = middle + half_range * a, a in [-1, 1]^A."""
-
-    middle: np.ndarray  # [A]
-    half_range: np.ndarray  # [A]
-    shape: tuple[int, ...]  # the Box's own shape (A entries)
-
-    def to_env(self, normalised: jax.Array) -> jax.Array:
-        """[..., A] in half ranges -> [..., *shape] env actions."""
-        action = self.middle + self.half_range * normalised
-        return action.reshape(*normalised.shape[:-1], *self.shape).astype(jnp.float32)
-
-    def to_normalised(self, action: jax.Array) -> jax.Array:
-        """[..., *shape] env actions -> [..., A] in half ranges."""
-        flat = action.reshape(*action.shape[: action.ndim - len(self.shape)], -1)
-        return (flat - self.middle) / self.half_range
-
-
-def action_bounds(space: Any) -> Bounds:
-    """The Box's middle and half range; infinite or empty bounds are a config error (a tanh policy needs both ends)."""
-    low, high = np.asarray(space.low, np.float32).ravel(), np.asarray(space.high, np.float32).ravel()
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
-        raise ConfigError("env", space.describe(), "an env whose Box actions have finite bounds, low < high",
-                          "algo=d4pg squashes its actions into the bounds")
-    return Bounds((high + low) / 2, (high - low) / 2, tuple(space.shape))
 
 
 class Critics(NamedTuple):
@@ -230,12 +194,6 @@ class ActorNoise(NamedTuple):
 
     index: jax.Array
     noise: jax.Array  # [action_size], in half ranges
-
-
-def ornstein_uhlenbeck_step(previous: jax.Array, draw: jax.Array, sigma: jax.Array, theta: float, dt: float
-                            ) -> jax.Array:
-    """One step of the mean-zero OU process from `previous` with the standard normal `draw`."""
-    return previous - theta * previous * dt + sigma * np.sqrt(dt) * draw
 
 
 class DPGParams(NamedTuple):
@@ -288,14 +246,11 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
     def act(params: DPGParams, state: ActorNoise, obs: jax.Array, start: jax.Array, key: jax.Array
             ) -> tuple[jax.Array, ActorNoise]:
         sigma = jnp.asarray(sigmas)[state.index // config.envs_per_actor]
-        draw = jax.random.normal(key, (action_size,))
-        if config.noise == "ou":  # a new episode's process starts from zero
-            noise = ornstein_uhlenbeck_step(jnp.where(start, 0.0, state.noise), draw, sigma, config.ou_theta,
-                                            config.ou_dt)
-            state = ActorNoise(state.index, noise)
-        else:
-            noise = sigma * draw
-        action = jnp.clip(policy_net.apply(params.policy, obs) + noise, -1.0, 1.0)
+        noise = next_noise(config.noise, state.noise, start, jax.random.normal(key, (action_size,)), sigma,
+                           config.ou_theta, config.ou_dt)
+        action = with_noise(policy_net.apply(params.policy, obs), noise)
+        # Gaussian noise is not carried: its actor state stays zeros
+        state = ActorNoise(state.index, noise) if config.noise == "ou" else state
         return bounds.to_env(action), state
 
     def observe(params: DPGParams, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Transition, jax.Array]:

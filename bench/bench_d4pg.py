@@ -5,6 +5,7 @@ each, measured one after the other on this machine.
     python bench/bench_d4pg.py                              # Pendulum: both shapes, 10 seeds on seed=2027; TD3, SAC
     python bench/bench_d4pg.py --shapes gymnax --seed 5150 --sb3-seeds 3
     python bench/bench_d4pg.py --task halfcheetah           # MuJoCo HalfCheetah-v5, 3 seeds; TD3 and SAC, 1 seed
+    python bench/bench_d4pg.py --task hopper --sb3-seeds 0  # MuJoCo Hopper-v5, 3 seeds, lightspeed alone
 
 Tasks:
   pendulum     Pendulum-v1, 20,000 env steps per seed (rl-zoo's budget), evaluations every 2,000; shapes
@@ -13,6 +14,8 @@ Tasks:
   halfcheetah  HalfCheetah-v5 through gymnasium[mujoco] (actor threads), 300,000 env steps per seed (HALFCHEETAH's
                settings), evaluations every 50,000. TD3 and SAC (the zoo's MuJoCo settings, 1M steps) train for
                at most lightspeed's whole wall-clock, then evaluate: the same wall-clock, not the same env steps.
+  hopper       Hopper-v5 as halfcheetah, with a support for Hopper's returns (HOPPER): its episodes end where the
+               hopper falls, so a seed's return says how long it stays up as well as how fast it moves.
 
 "done [s]" is a whole launch to its end, every seed's final evaluation written (compilation included); an SB3 seed's
 "first >= bar [s]" is from its launch to its first periodic evaluation (16 episodes) at or above the bar.
@@ -33,6 +36,10 @@ HALFCHEETAH = (*HALFCHEETAH_SUPPORT, "algo.batch_size=256", "algo.policy_hidden_
                "algo.critic_hidden_sizes=[256,256]", "algo.learner_updates_per_iteration=4",
                "algo.learning_starts=10000", "algo.buffer_size=300000", "log_every=10000", "eval_episodes=10")
 
+# Hopper: HalfCheetah's settings on a support for its discounted returns (a reward of about 1 for staying up plus the
+# forward speed, ~3 a step at best: 0.99-discounted sums up to ~300; a fall ends the episode, so never far below 0)
+HOPPER = ("algo.discount=0.99", "algo.v_min=-50", "algo.v_max=450", *HALFCHEETAH[len(HALFCHEETAH_SUPPORT):])
+
 
 class Task(NamedTuple):
     env_id: str
@@ -46,7 +53,8 @@ class Task(NamedTuple):
 
 
 TASKS = {"pendulum": Task("Pendulum-v1", -200.0, 20_000, 2_000, (), ("gymnax", "gymnasium"), 10, False),
-         "halfcheetah": Task("HalfCheetah-v5", None, 300_000, 50_000, HALFCHEETAH, ("gymnasium",), 3, True)}
+         "halfcheetah": Task("HalfCheetah-v5", None, 300_000, 50_000, HALFCHEETAH, ("gymnasium",), 3, True),
+         "hopper": Task("Hopper-v5", None, 300_000, 50_000, HOPPER, ("gymnasium",), 3, True)}
 HEADER = ["run", "seeds", "final IQM [95% CI]", "final min", "finals >= bar", "env steps", "first >= bar [s]",
           "done [s]"]
 

@@ -16,7 +16,8 @@ Not a test: pytest does not collect it and CI does not run it. On 2026-12-02 on 
 modules at a time, other jobs running) the 828 mutants took ~62 minutes: targets 9, nstep 8, exploration 10,
 protocol 6, prioritized_replay 23 (each mutant is a fresh pytest process that imports JAX and compiles).
 On 2026-12-05 (one module at a time, the same VM, another job running) R2D2's sequence_targets took 4.0 minutes
-for 204 mutants and sequence_replay 6.4 for 255; on 2026-12-06 D4PG's distributional 0.8 for 41.
+for 204 mutants and sequence_replay 6.4 for 255; on 2026-12-06 D4PG's distributional 0.8 for 41 and (later,
+nothing else running) continuous_actions 5.8 for 133.
 """
 import argparse
 import json
@@ -51,6 +52,10 @@ MODULES = {
     # D4PG's categorical projection and n-step target; the rest of the file builds and runs D4PG
     "distributional": ("algorithms/common/distributional.py",
                        ["tests/test_d4pg.py", "-k", "projection or n_step_target"]),
+    # D4PG's bounds and exploration noise: the unit tests only (the rest of the file builds and runs D4PG)
+    "continuous_actions": ("algorithms/common/continuous_actions.py",
+                           ["tests/test_d4pg.py", "-k", "bounds or sigma_ladder_is or ornstein_uhlenbeck_noise "
+                            "or gaussian_noise_forgets or noise_moves"]),
 }
 
 # mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)
@@ -130,7 +135,8 @@ PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax",
            "framework.anakin.evaluation", "framework.run.policy",
            "framework.run.protocol", "algorithms.common.targets", "algorithms.common.nstep",
            "algorithms.common.prioritized_replay", "algorithms.common.exploration",
-           "algorithms.common.sequence_targets", "algorithms.common.sequence_replay", "envs", "algorithms"]
+           "algorithms.common.sequence_targets", "algorithms.common.sequence_replay",
+           "algorithms.common.distributional", "algorithms.common.continuous_actions", "envs", "algorithms"]
 # every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
 # that to a read (the cache key is the program, so a mutated program compiles afresh)
 JAX_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(REPO_ROOT / ".mutation" / "jax_cache"),

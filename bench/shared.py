@@ -157,6 +157,8 @@ SB3_ZOO_CONTINUOUS = {
 # SAC 256x256, batches of 256, one gradient step per env step) after 10,000 random steps
 SB3_ZOO_CONTINUOUS["TD3"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
 SB3_ZOO_CONTINUOUS["SAC"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
+SB3_ZOO_CONTINUOUS["TD3"]["Hopper-v5"] = (1_000_000, dict(learning_starts=10_000))
+SB3_ZOO_CONTINUOUS["SAC"]["Hopper-v5"] = (1_000_000, dict(learning_starts=10_000))
 SB3_NOISE_STD = {"TD3": 0.1}  # the zoo's noise_type normal, noise_std 0.1
 
 SB3_CHILD = r'''

@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 from conftest import check_like_run_py, compose_config, run_cli, run_python, shared_dir
 
+from algorithms.common.continuous_actions import (
+    action_bounds,
+    next_noise,
+    ornstein_uhlenbeck_step,
+    sigma_ladder,
+    with_noise,
+)
 from algorithms.common.distributional import atoms, categorical_projection, n_step_target
-from algorithms.d4pg import ActorNoise, DPGParams, action_bounds, ornstein_uhlenbeck_step, sigma_ladder
+from algorithms.d4pg import ActorNoise, DPGParams
 from framework.anakin.trainer import build
 from framework.core.config import validated
 from framework.core.errors import ConfigError
@@ -77,14 +84,29 @@ def test_bounds_scale_per_dimension_and_invert():
     np.testing.assert_allclose(bounds.to_env(bounds.to_normalised(actions)), actions, rtol=1e-6)
     matrix = Box(-2.0, 2.0, (2, 2))  # a Box of any shape: flat for the networks, its own shape for the env
     assert action_bounds(matrix).to_env(jnp.zeros((5, 4))).shape == (5, 2, 2)
-    with pytest.raises(ConfigError, match="finite bounds"):
-        action_bounds(Box(-np.inf, np.inf, (1,)))
+    # float32 whatever the Box and the caller hand over: the networks and the envs get one dtype
+    wide = action_bounds(Box(np.array([-1.0, 0.0]), np.array([1.0, 4.0]), (2,), np.float64))
+    assert wide.middle.dtype == wide.half_range.dtype == np.float32
+    assert wide.to_env(np.zeros((1, 2))).dtype == np.float32
+
+
+# (low > high: the Box itself refuses it)
+@pytest.mark.parametrize("low, high", [(-np.inf, np.inf), (0.0, np.inf), (-np.inf, 0.0), (1.0, 1.0)])
+def test_bounds_that_a_tanh_policy_cannot_fill_are_refused_in_one_paragraph(low, high):
+    space = Box(np.array([-1.0, low]), np.array([1.0, high]), (2,))
+    with pytest.raises(ConfigError) as error:
+        action_bounds(space)
+    assert str(error.value) == (f"Invalid config: env={space.describe()!r} (a deterministic policy squashes its "
+                                "actions into the bounds). Allowed: an env whose Box actions have finite bounds, "
+                                "low < high.")
 
 
 def test_the_sigma_ladder_is_geometric_from_sigma_max_to_sigma_min():
     np.testing.assert_allclose(sigma_ladder(4, 0.3, 0.05), 0.3 * (0.05 / 0.3) ** (np.arange(4) / 3), rtol=1e-6)
     np.testing.assert_allclose(sigma_ladder(1, 0.3, 0.05), [0.3])
     np.testing.assert_allclose(sigma_ladder(3, 0.2, 0.0), [0.2, 0.1, 0.0])
+    for ladder in (sigma_ladder(4, 0.3, 0.05), sigma_ladder(1, 0.3, 0.05), sigma_ladder(3, 0.2, 0.0)):
+        assert ladder.dtype == np.float32
 
 
 PENDULUM = ["algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "algo.num_actors=4", "algo.envs_per_actor=2",
@@ -144,6 +166,23 @@ def test_ornstein_uhlenbeck_noise_is_the_ar1_process_with_its_stationary_varianc
     np.testing.assert_allclose(path.var(), sigma ** 2 * dt / (1 - a ** 2), rtol=0.05)
     for lag in (1, 10):
         np.testing.assert_allclose(np.corrcoef(path[:-lag], path[lag:])[0, 1], a ** lag, atol=0.02)
+
+
+def test_gaussian_noise_forgets_and_ou_noise_continues_from_zero_at_an_episode_start():
+    previous, draw, sigma = jnp.array([0.5, -0.2]), jnp.array([1.5, -0.5]), jnp.float32(0.2)
+    for start in (False, True):  # Gaussian: sigma e whatever came before
+        np.testing.assert_allclose(next_noise("gaussian", previous, jnp.bool_(start), draw, sigma, 0.15, 0.01),
+                                   [0.3, -0.1], rtol=1e-6)
+    a, scale = 1 - 0.5 * 0.2, 0.2 * np.sqrt(0.2)  # OU with theta 0.5, dt 0.2: a x + sigma sqrt(dt) e
+    np.testing.assert_allclose(next_noise("ou", previous, jnp.bool_(False), draw, sigma, 0.5, 0.2),
+                               a * np.array([0.5, -0.2]) + scale * np.array([1.5, -0.5]), rtol=1e-6)
+    np.testing.assert_allclose(next_noise("ou", previous, jnp.bool_(True), draw, sigma, 0.5, 0.2),
+                               scale * np.array([1.5, -0.5]), rtol=1e-6)
+
+
+def test_noise_moves_the_action_but_never_past_the_bounds():
+    np.testing.assert_allclose(with_noise(jnp.array([0.2, -0.9, 0.9, 0.5]), jnp.array([0.3, -0.3, 0.3, -1.0])),
+                               [0.5, -1.0, 1.0, -0.5], rtol=1e-6)
 
 
 def test_ou_actors_carry_their_noise_and_restart_it_at_an_episode_start(pendulum):
