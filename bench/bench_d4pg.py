@@ -92,7 +92,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     task = TASKS[args.task]
     seeds = args.seeds or task.seeds
-    print_machine(f"D4PG on {task.env_id} beside stable-baselines3")
+    print_machine(f"D4PG on {task.env_id} beside stable-baselines3", open_devices=False)
     rows, done = [], {}
     for shape in args.shapes or task.shapes:
         row, done[shape] = lightspeed_row(task, shape, args.seed, seeds)

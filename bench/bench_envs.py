@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--skip-minatar", action="store_true")
     args = parser.parse_args()
 
-    print_machine("lightspeed on gymnax environments")
+    print_machine("lightspeed on gymnax environments", open_devices=False)
     start = time.time()
     if not args.skip_classic:
         print_table(f"Classic control: final 100-episode greedy return of {args.seeds} seeds (seed={args.seed}), "

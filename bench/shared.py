@@ -280,7 +280,10 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def print_machine(title: str) -> None:
+def print_machine(title: str, open_devices: bool = True) -> None:
+    """The header every table starts with. A script whose runs are child processes passes open_devices=False: an
+    accelerator that one process at a time may hold (a TPU) must be left to them, so the header names only JAX's
+    version and the platforms the runs are asked for."""
     import jax
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -288,6 +291,10 @@ def print_machine(title: str) -> None:
     print(f"  date:    {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}")
     print(f"  cpu:     {cpu_model()}")
     print(f"  cores:   {os.cpu_count()} ({usable} usable by this process)")
-    print(f"  jax:     {jax.__version__} on {jax.default_backend()}, {len(jax.devices())} device(s)")
+    if open_devices:
+        print(f"  jax:     {jax.__version__} on {jax.default_backend()}, {len(jax.devices())} device(s)")
+    else:
+        platforms = os.environ.get("JAX_PLATFORMS") or "JAX's default"
+        print(f"  jax:     {jax.__version__}; the runs, child processes, on {platforms} (summary.json: num_devices)")
     print(f"  python:  {platform.python_version()}")
     sys.stdout.flush()
