@@ -10,6 +10,8 @@ Tasks (each algorithm with the same env steps, its own algo_env settings):
   cartpole_host       actor threads: env=gymnasium env.id=envs.partially_observed:CartPolePosition-v1, the same
   repeat_previous     actor threads: POPGym's RepeatPreviousEasy (`pip install -e ".[popgym]"`), 200k env steps
   position_only       actor threads: POPGym's PositionOnlyCartPoleEasy (returns scaled to 1), 200k env steps
+  memory_chain        the single program: gymnax's MemoryChain-bsuite with a memory of 20 steps (a context bit shown at
+                      the first step, +1 for naming it once the memory is full, -1 if not: 0 is chance), 102,400 steps
 """
 import argparse
 import sys
@@ -25,6 +27,8 @@ TASKS = {
                         *POPGYM],
     "position_only": ["env=gymnasium", "env.id=popgym:popgym-PositionOnlyCartPoleEasy-v0",
                       "env.max_episode_steps=200", *POPGYM],
+    "memory_chain": ["env=gymnax", "env.id=MemoryChain-bsuite", "+env.params.memory_length=20",
+                     "total_env_steps=102400", "eval_every=10240", "log_every=10240"],
 }
 ALGORITHMS = ("r2d2", "dqn", "apex")
 
