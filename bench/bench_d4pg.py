@@ -32,13 +32,13 @@ from shared import final_iqm, format_value, print_machine, print_table, run_sb3,
 # steps (4 updates per iteration of 4 actors x 4 steps) so that 3 seeds x 300k steps fit in about 25 minutes,
 # and 10,000 steps of replay before the first batch, as the zoo's TD3 and SAC
 HALFCHEETAH_SUPPORT = ("algo.discount=0.99", "algo.v_min=-200", "algo.v_max=1200")
-HALFCHEETAH = (*HALFCHEETAH_SUPPORT, "algo.batch_size=256", "algo.policy_hidden_sizes=[256,256]",
-               "algo.critic_hidden_sizes=[256,256]", "algo.learner_updates_per_iteration=4",
-               "algo.learning_starts=10000", "algo.buffer_size=300000", "log_every=10000", "eval_episodes=10")
-
-# Hopper: HalfCheetah's settings on a support for its discounted returns (a reward of about 1 for staying up plus the
-# forward speed, ~3 a step at best: 0.99-discounted sums up to ~300; a fall ends the episode, so never far below 0)
-HOPPER = ("algo.discount=0.99", "algo.v_min=-50", "algo.v_max=450", *HALFCHEETAH[len(HALFCHEETAH_SUPPORT):])
+MUJOCO_ON_2_CORES = ("algo.batch_size=256", "algo.policy_hidden_sizes=[256,256]", "algo.critic_hidden_sizes=[256,256]",
+                     "algo.learner_updates_per_iteration=4", "algo.learning_starts=10000", "algo.buffer_size=300000",
+                     "log_every=10000", "eval_episodes=10")
+HALFCHEETAH = (*HALFCHEETAH_SUPPORT, *MUJOCO_ON_2_CORES)
+# Hopper: the same on a support for its discounted returns (a reward of about 1 for staying up plus the forward
+# speed, ~3 a step at best: 0.99-discounted sums up to ~300; a fall ends the episode, so never far below 0)
+HOPPER = ("algo.discount=0.99", "algo.v_min=-50", "algo.v_max=450", *MUJOCO_ON_2_CORES)
 
 
 class Task(NamedTuple):

@@ -155,10 +155,9 @@ SB3_ZOO_CONTINUOUS = {
 }
 # the zoo's MuJoCo entries (td3.yml and sac.yml, "mujoco-defaults", 1e6 steps): SB3's defaults (TD3 400x300 nets,
 # SAC 256x256, batches of 256, one gradient step per env step) after 10,000 random steps
-SB3_ZOO_CONTINUOUS["TD3"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
-SB3_ZOO_CONTINUOUS["SAC"]["HalfCheetah-v5"] = (1_000_000, dict(learning_starts=10_000))
-SB3_ZOO_CONTINUOUS["TD3"]["Hopper-v5"] = (1_000_000, dict(learning_starts=10_000))
-SB3_ZOO_CONTINUOUS["SAC"]["Hopper-v5"] = (1_000_000, dict(learning_starts=10_000))
+MUJOCO_ZOO = (1_000_000, dict(learning_starts=10_000))
+for zoo in SB3_ZOO_CONTINUOUS.values():  # TD3's and SAC's
+    zoo.update(dict.fromkeys(("HalfCheetah-v5", "Hopper-v5"), MUJOCO_ZOO))
 SB3_NOISE_STD = {"TD3": 0.1}  # the zoo's noise_type normal, noise_std 0.1
 
 SB3_CHILD = r'''
