@@ -20,7 +20,11 @@ use_compilation_cache(os.environ.get("JAX_COMPILATION_CACHE_DIR") or TrainConfig
 
 import subprocess  # noqa: E402
 
+import forkserver  # noqa: E402
 import pytest  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker (not the controller, which runs no test): import while collecting
+    forkserver.start_server()
 
 # the module whose fixture runs ~2 minutes of cluster scenarios goes first: pytest-xdist hands the start of the
 # list to one worker, so it starts at once instead of last, alone, after everything else has run
@@ -80,14 +84,17 @@ def start_python(*args: str, module: str | None = None, script: Path | None = No
     """`python run.py ARGS` (or `python -m MODULE ARGS`, `python SCRIPT ARGS`) started in `cwd` with `env` added to
     this process's environment; its stdout and stderr captured, as text."""
     argv = ["-m", module, *args] if module else [str(script or ROOT / "run.py"), *args]
-    return subprocess.Popen([sys.executable, *argv], cwd=cwd, env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forkserver.popen(argv, cwd, {**os.environ, **(env or {})})  # run.py and the tools: forked, see there
 
 
 def run_python(*args: str, module: str | None = None, script: Path | None = None, cwd: Path = ROOT,
                env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """start_python's command run to its end, as subprocess.run(..., capture_output=True, text=True, timeout=...)."""
-    process = start_python(*args, module=module, script=script, cwd=cwd, env=env)
+    return finish(start_python(*args, module=module, script=script, cwd=cwd, env=env), timeout)
+
+
+def finish(process, timeout: int) -> subprocess.CompletedProcess:
+    """A started command's end, as subprocess.run(..., capture_output=True, timeout=...) gives it."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -19,8 +19,9 @@ How the commands run: in a temporary directory per chain, where a chain is the b
 in mkdocs.yml's order) that share a run or sweep dir (`runs/x`, `sweeps/x`), a saved module or a command; a command
 already run in its chain is not run again (its output counts for the later block). `python run.py` and the
 `lightspeed` command (the same app, as `python run.py` with the same arguments, so that this checkout's code runs)
-get small step counts; `python -m framework.tools.*` runs as written; `pip install` and `python -m pytest` are not
-rerun; `wandb sync` needs a network, so its path must exist. A command with `actors=ray` starts a local Ray head: it
+get small step counts; `python -m framework.tools.*` runs as written (these two forked by tests/forkserver.py where
+that is the same as a fresh interpreter); `pip install` and `python -m pytest` are not rerun; `wandb sync` needs a
+network, so its path must exist. A command with `actors=ray` starts a local Ray head: it
 runs in a private network namespace (`unshare -n`), as tests/test_ray_actors.py's clusters do.
 """
 import dataclasses
@@ -35,9 +36,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import forkserver
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, finish
 
 sys.path.insert(0, str(ROOT / "docs"))
 import gen_config  # noqa: E402
@@ -166,7 +168,10 @@ def small_run(tokens: list[str]) -> list[str]:
 
 def run_argv(argv: list[str], workdir: Path, env: dict) -> str:
     """Run to its end; its stdout and stderr together, after checking that it succeeded."""
-    result = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    if argv[0] == sys.executable:  # run.py and the tools: forked by the tests' server where that is the same
+        result = finish(forkserver.popen(argv[1:], workdir, env), timeout=600)
+    else:
+        result = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{shlex.join(argv)}\n{output[-3000:]}"
     assert "Traceback" not in result.stderr, f"{shlex.join(argv)}\n{result.stderr[-3000:]}"
