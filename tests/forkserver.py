@@ -1,8 +1,8 @@
 """A fork server for the tests' `python run.py ...` and `python -m framework.tools.* ...` commands.
 
 About 150 such commands run in the default suite, and each spent ~2 s of its few seconds importing jax, flax,
-Hydra, matplotlib and the plugins. The server (one per pytest-xdist worker, started on first use) imports them
-once, before any JAX backend exists, and forks a fresh process per command: the command's own pid (signals,
+Hydra, matplotlib and the plugins. The server (one per pytest-xdist worker, started with it) imports them once,
+before any JAX backend exists, and forks a fresh process per command: the command's own pid (signals,
 psutil's children and sockets see the real process), its stdin, stdout and stderr, working directory, environment,
 sys.argv and sys.path as `python ...` would set them; run.py or the module runs as `__main__`, and its SystemExit or
 exception leaves through the interpreter, which ends the process as it ends any script (threads joined, atexit
@@ -10,9 +10,10 @@ handlers run, a traceback printed); the client gets its exit status, negative wh
 
 What a forked command shares with the server, unlike a fresh interpreter: the modules imported above (so what
 they read from the environment at import time is the server's: a command whose environment differs from the
-server's in anything but ALLOWED_TO_DIFFER starts a real interpreter instead) and str hashing's random seed.
-Anything not eligible, or any failure to reach the server, runs as a plain subprocess. LIGHTSPEED_TESTS_FORK=0
-turns the server off.
+server's in what is read at start or import starts a real interpreter instead, `Server.mismatch` says why) and str
+hashing's random seed. Anything not eligible, or any failure to reach the server, runs as a plain subprocess.
+LIGHTSPEED_TESTS_FORK=0 turns the server off; LIGHTSPEED_TESTS_FORK_LOG=FILE writes why each command that was not
+forked was not.
 
     server:  python tests/forkserver.py SOCKET  (its stdin a pipe from the worker: end of file ends it)
     request: 8-byte length, then JSON {argv, cwd, env, path}, with the command's stdin, stdout, stderr passed
@@ -39,6 +40,9 @@ RUN_PY = str(ROOT / "run.py")
 FORKED_MODULES = ("framework.tools.",)  # `python -m` commands the server runs; others start an interpreter
 # read when a run starts its backend or logger, not at import: a command may set them to its own values
 ALLOWED_TO_DIFFER = ("XLA_FLAGS", "LIGHTSPEED_", "WANDB_", "PYTEST_", "COLUMNS", "LINES")
+# read when the module named imports (libraries the tests import in their own process set them there): where the
+# server has not imported it, the forked command imports it after taking its own environment, as a fresh one would
+READ_AT_IMPORT_BY = {"MUJOCO_GL": "mujoco", "PYOPENGL_PLATFORM": "OpenGL", "CRC32C_SW_MODE": "tensorboardX"}
 # what every command imports before it does anything (the tools' own modules are not: runpy warns about those)
 PRELOADED = ("framework.app.main", "framework.app.train", "envs", "algorithms", "framework.run.policy",
              "framework.core.evaluation", "PIL.Image", "rliable.library", "scipy.stats")
@@ -112,6 +116,9 @@ def supervise(connection: socket.socket, request: dict, fds: list[int]) -> None:
 def serve(path: str) -> None:
     sys.path[0] = str(ROOT)  # as run.py's own directory is for `python run.py`, not this file's
     preload()
+    with open(path + ".tmp", "w") as report:  # what the imports left: the environment and the modules
+        json.dump({"env": dict(os.environ), "modules": sorted(sys.modules)}, report)
+    os.rename(path + ".tmp", path + ".json")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -224,6 +231,7 @@ class Server:
         self.directory = tempfile.mkdtemp(prefix="lightspeed-fork-")
         self.path = os.path.join(self.directory, "socket")
         self.env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        self.imported: Optional[dict] = None  # the server's environment and modules once it has imported
         self.sys_path = self._interpreter_path()
         self.process = subprocess.Popen([sys.executable, __file__, self.path], env=self.env, cwd=ROOT,
                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -244,6 +252,18 @@ class Server:
                 self.process.kill()
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    def wait_until_imported(self, timeout: float = 60) -> dict:
+        """The server's environment and modules once it has imported (written before its socket is bound)."""
+        deadline = time.monotonic() + timeout
+        while self.imported is None:
+            try:
+                self.imported = json.loads(Path(self.path + ".json").read_text())
+            except FileNotFoundError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise ConnectionError("the fork server did not start") from None
+                time.sleep(0.05)
+        return self.imported
+
     def connect(self, timeout: float = 60) -> socket.socket:
         deadline = time.monotonic() + timeout
         while True:
@@ -257,25 +277,41 @@ class Server:
                     raise ConnectionError("the fork server did not start") from None
                 time.sleep(0.05)
 
-    def sys_path_of(self, argv: list[str], cwd: Path, env: dict) -> Optional[list[str]]:
-        """sys.path of `python ARGV` in `cwd` with `env`, or None where it is not the server's with a first entry
-        (and this checkout) added."""
+    def sys_path_of(self, argv: list[str], cwd: Path, env: dict) -> list[str]:
+        """sys.path of `python ARGV` in `cwd` with `env`: the server's, after a first entry and PYTHONPATH's."""
         pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
         first = str(Path(cwd).resolve()) if argv[0] == "-m" else str(Path(argv[0]).resolve().parent)
-        if pythonpath not in ([], [str(ROOT)]) or str(ROOT) not in (first, *pythonpath):
-            return None  # another path, or this checkout's packages found through the installed copy
         return [first, *pythonpath, *self.sys_path]
 
-    def eligible(self, argv: list[str], env: dict) -> bool:
-        command_ok = argv[:1] == [RUN_PY] or (argv[:1] == ["-m"] and argv[1].startswith(FORKED_MODULES))
-        differs = {key for key in env.keys() | self.env.keys() if env.get(key) != self.env.get(key)} - {"PYTHONPATH"}
-        return command_ok and all(key.startswith(ALLOWED_TO_DIFFER) for key in differs)
+    def mismatch(self, argv: list[str], cwd: Path, env: dict) -> Optional[str]:
+        """Why a fork of the server would not be `python ARGV` in `cwd` with `env`; None where it would."""
+        if argv[:1] != [RUN_PY] and not (argv[:1] == ["-m"] and argv[1].startswith(FORKED_MODULES)):
+            return f"not run.py or a tool: {argv[:2]}"
+        pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        if pythonpath not in ([], [str(ROOT)]) or str(ROOT) not in self.sys_path_of(argv, cwd, env)[:2]:
+            # or this checkout's packages found through its installed copy
+            return f"another path: PYTHONPATH={env.get('PYTHONPATH')!r}, cwd {cwd}"
+        server_env = self.wait_until_imported()["env"]
+        differs = {key for key in env.keys() | server_env.keys() if env.get(key) != server_env.get(key)}
+        read_at_start = sorted(key for key in differs - {"PYTHONPATH"}
+                               if not self._same_for_a_fork(key, env, server_env))
+        return f"environment differs in {read_at_start}" if read_at_start else None
+
+    def _same_for_a_fork(self, key: str, env: dict, server_env: dict) -> bool:
+        if key.startswith(ALLOWED_TO_DIFFER):
+            return True
+        if key in READ_AT_IMPORT_BY:
+            return READ_AT_IMPORT_BY[key] not in self.imported["modules"]
+        if key == "LD_LIBRARY_PATH":  # the loader reads it at start; entries naming no directory find nothing
+            existing = lambda value: [entry for entry in (value or "").split(":") if entry and os.path.isdir(entry)]
+            return existing(env.get(key)) == existing(server_env.get(key))
+        return False
 
     def start(self, argv: list[str], cwd: Path, env: dict) -> Optional[ForkedProcess]:
         """`python ARGV` forked by the server, or None where it would not be the same as a fresh interpreter."""
-        path = self.sys_path_of(argv, cwd, env)
-        if path is None or not self.eligible(argv, env):
+        if self.mismatch(argv, cwd, env) is not None:
             return None
+        path = self.sys_path_of(argv, cwd, env)
         request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "path": path}).encode()
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
@@ -316,6 +352,9 @@ def popen(argv: list[str], cwd: Path, env: dict):
             process = _server.start(argv, cwd, env)
             if process is not None:
                 return process
+            if os.environ.get("LIGHTSPEED_TESTS_FORK_LOG"):  # why commands start afresh, one line each
+                with open(os.environ["LIGHTSPEED_TESTS_FORK_LOG"], "a") as log:
+                    log.write(f"{os.environ.get('PYTEST_CURRENT_TEST')}: {_server.mismatch(argv, cwd, env)}\n")
         except ConnectionError:
             pass
     return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,

@@ -21,6 +21,8 @@ def fresh(argv: list[str], cwd=ROOT, env=None) -> subprocess.CompletedProcess:
                                   ["-m", "framework.tools.evaluate", "no/such/run"]],
                          ids=["unknown algo", "bad cell", "evaluate without a run"])
 def test_a_forked_command_prints_and_exits_as_a_fresh_interpreter(argv, tmp_path):
+    forkserver.start_server()
+    assert forkserver._server.mismatch(argv, ROOT, dict(os.environ)) is None
     process = forkserver.popen(argv, ROOT, dict(os.environ))
     assert isinstance(process, forkserver.ForkedProcess)
     forked, expected = finish(process, 120), fresh(argv)
@@ -43,3 +45,9 @@ def test_what_a_fork_cannot_match_starts_a_fresh_interpreter(env, argv):
     process = forkserver.popen(argv, ROOT, {**os.environ, **env})
     assert isinstance(process, subprocess.Popen)
     process.communicate(timeout=120)
+
+
+def test_what_only_a_later_import_or_no_library_reads_is_forked():
+    forkserver.start_server()
+    env = {**os.environ, "LD_LIBRARY_PATH": "/no/such/dir", "WANDB_MODE": "offline", "XLA_FLAGS": "--xla_dump_to=x"}
+    assert forkserver._server.mismatch([RUN_PY, "algo=nope"], ROOT, env) is None
