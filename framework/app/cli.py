@@ -1,9 +1,12 @@
 """Command-line checks that run before Hydra: clear one-paragraph errors, no tracebacks."""
+import string
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -63,6 +66,35 @@ def check_composes(overrides: Sequence[str]) -> DictConfig:
             return compose("config", overrides=plain)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         raise ComposeError(_one_paragraph(error)) from None
+
+
+HELP_FLAGS = ("--help", "-h")
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Every group of conf/ (Hydra's own aside) and its options, as Hydra's --help lists them: the YAML files and
+    the options plugins put into the ConfigStore (register_schemas)."""
+    store = ConfigStore.instance()
+    groups: dict[str, set[str]] = {}
+    for path in CONF_DIR.rglob("*.yaml"):
+        group = path.parent.relative_to(CONF_DIR).as_posix()
+        if group != "." and group.split("/")[0] != "hydra":
+            groups.setdefault(group, set()).add(path.stem)
+    for group in store.list(""):
+        if group != "hydra" and not group.endswith(".yaml"):
+            groups.setdefault(group, set()).update(name.removesuffix(".yaml") for name in store.list(group))
+    return {group: sorted(options) for group, options in sorted(groups.items())}
+
+
+def help_text(overrides: Sequence[str]) -> str:
+    """conf/hydra/help's template for these overrides: what Hydra's --help prints, without its listing of its own
+    groups (seconds of searching its plugins' configs, computed even where the template does not show them)."""
+    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="help"):
+        cfg = compose("config", overrides=plain, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # the template's ${hydra:runtime.choices.algo}
+    groups = "".join(f"{group}: {', '.join(options)}\n" for group, options in config_groups().items())
+    return string.Template(cfg.hydra.help.template).safe_substitute(APP_CONFIG_GROUPS=groups)
 
 
 def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:

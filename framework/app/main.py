@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from framework.app.cli import preflight
+from framework.app.cli import HELP_FLAGS, help_text, preflight
 from framework.core.config import CONF_DIR, register_schemas
 from framework.core.errors import ConfigError, HostRunError, PluginError, TrainingDiverged
 
@@ -83,4 +83,7 @@ def main(launch_time: Optional[float] = None) -> None:
     LAUNCH_TIME = launch_time
     register_schemas()
     sys.argv[1:] = preflight(sys.argv[1:])
+    if any(flag in sys.argv[1:] for flag in HELP_FLAGS):  # Hydra's own --help spends seconds listing its groups
+        print(help_text(sys.argv[1:]))
+        return
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(run_job)()
