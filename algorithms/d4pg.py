@@ -95,7 +95,9 @@ class D4PGConfig:
         check_positive_int("algo.num_atoms", self.num_atoms, minimum=2)
         check_actor_replay_sizes(self)
         check_number("algo.sigma_max", self.sigma_max, 0)
-        check_number("algo.sigma_min", self.sigma_min, 0, self.sigma_max)
+        check_number("algo.sigma_min", self.sigma_min, 0)
+        check(self.sigma_min <= self.sigma_max, "algo.sigma_min", self.sigma_min,
+              f"a number <= algo.sigma_max (which is {self.sigma_max})", "the ladder runs from sigma_max down to it")
         check_choice("algo.noise", self.noise, NOISES)
         check_number("algo.ou_theta", self.ou_theta, 0, low_inclusive=False)
         check_number("algo.ou_dt", self.ou_dt, 0, low_inclusive=False)
