@@ -133,7 +133,7 @@ def serve(path: str) -> None:
             connection, _ = listener.accept()
             try:
                 request, fds = receive(connection)
-            except (OSError, ValueError):
+            except (OSError, ValueError, struct.error):  # not a request: nothing to run
                 connection.close()
                 continue
             if os.fork() == 0:
@@ -213,6 +213,13 @@ class ForkedProcess:
         text = lambda fd: self._pipes[fd].decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         return text(self._stdout), text(self._stderr)
 
+    def __del__(self):  # as Popen's pipes close with it, read to the end or not
+        for fd in self._open:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
@@ -225,7 +232,8 @@ class ForkedProcess:
 
 
 class Server:
-    """This process's fork server, started on first use, ended with the process."""
+    """This process's fork server, started by start_server (a pytest-xdist worker's conftest) or on first use, ended
+    with the process."""
 
     def __init__(self):
         self.directory = tempfile.mkdtemp(prefix="lightspeed-fork-")
@@ -313,22 +321,27 @@ class Server:
             return None
         path = self.sys_path_of(argv, cwd, env)
         request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "path": path}).encode()
+        connection = self.connect()
         stdout_read, stdout_write = os.pipe()
         stderr_read, stderr_write = os.pipe()
-        connection = self.connect()
         try:
             message = struct.pack("!Q", len(request)) + request
             sent = socket.send_fds(connection, [message], [0, stdout_write, stderr_write])
             connection.sendall(message[sent:])
+            answer = b""
+            while not answer.endswith(b"\n"):
+                chunk = connection.recv(1)
+                if not chunk:
+                    raise ConnectionError("the fork server closed the connection before forking")
+                answer += chunk
+        except OSError:  # ConnectionError among them: the caller starts a fresh interpreter instead
+            for fd in (stdout_read, stderr_read):
+                os.close(fd)
+            connection.close()
+            raise ConnectionError("the fork server did not take the command") from None
         finally:
             os.close(stdout_write)
             os.close(stderr_write)
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = connection.recv(1)
-            if not chunk:
-                raise ConnectionError("the fork server closed the connection before forking")
-            answer += chunk
         return ForkedProcess([sys.executable, *argv], connection, int(answer.split()[1]), stdout_read, stderr_read)
 
 
