@@ -231,6 +231,10 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def _pythonpath(env: dict) -> list[str]:
+    return [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+
+
 class Server:
     """This process's fork server, started by start_server (a pytest-xdist worker's conftest) or on first use, ended
     with the process."""
@@ -287,7 +291,7 @@ class Server:
 
     def sys_path_of(self, argv: list[str], cwd: Path, env: dict) -> list[str]:
         """sys.path of `python ARGV` in `cwd` with `env`: the server's, after a first entry and PYTHONPATH's."""
-        pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        pythonpath = _pythonpath(env)
         first = str(Path(cwd).resolve()) if argv[0] == "-m" else str(Path(argv[0]).resolve().parent)
         return [first, *pythonpath, *self.sys_path]
 
@@ -295,7 +299,7 @@ class Server:
         """Why a fork of the server would not be `python ARGV` in `cwd` with `env`; None where it would."""
         if argv[:1] != [RUN_PY] and not (argv[:1] == ["-m"] and argv[1].startswith(FORKED_MODULES)):
             return f"not run.py or a tool: {argv[:2]}"
-        pythonpath = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        pythonpath = _pythonpath(env)
         if pythonpath not in ([], [str(ROOT)]) or str(ROOT) not in self.sys_path_of(argv, cwd, env)[:2]:
             # or this checkout's packages found through its installed copy
             return f"another path: PYTHONPATH={env.get('PYTHONPATH')!r}, cwd {cwd}"

@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Sequence
 
 from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig
@@ -58,12 +57,16 @@ def _one_paragraph(error: Exception) -> str:
     return "Invalid config: " + "; ".join(parts).replace("full_key: ", "key: ") + "."
 
 
+def _plain(overrides: Sequence[str]) -> list[str]:
+    """The overrides compose() takes: no flags, no hydra.* keys."""
+    return [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
+
+
 def check_composes(overrides: Sequence[str]) -> DictConfig:
     """Compose the config once with the overrides (a single run; Hydra checks sweeps itself)."""
-    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
-            return compose("config", overrides=plain)
+            return compose("config", overrides=_plain(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         raise ComposeError(_one_paragraph(error)) from None
 
@@ -72,26 +75,16 @@ HELP_FLAGS = ("--help", "-h")
 
 
 def config_groups() -> dict[str, list[str]]:
-    """Every group of conf/ (Hydra's own aside) and its options, as Hydra's --help lists them: the YAML files and
-    the options plugins put into the ConfigStore (register_schemas)."""
-    store = ConfigStore.instance()
-    groups: dict[str, set[str]] = {}
-    for path in CONF_DIR.rglob("*.yaml"):
-        group = path.parent.relative_to(CONF_DIR).as_posix()
-        if group != "." and group.split("/")[0] != "hydra":
-            groups.setdefault(group, set()).add(path.stem)
-    for group in store.list(""):
-        if group != "hydra" and not group.endswith(".yaml"):
-            groups.setdefault(group, set()).update(name.removesuffix(".yaml") for name in store.list(group))
-    return {group: sorted(options) for group, options in sorted(groups.items())}
+    """Every group of conf/ (Hydra's own aside) and its options, as Hydra's --help lists them."""
+    groups = {path.parent.relative_to(CONF_DIR).as_posix() for path in CONF_DIR.rglob("*.yaml")} - {"."}
+    return {group: group_options(group) for group in sorted(groups) if group.split("/")[0] != "hydra"}
 
 
 def help_text(overrides: Sequence[str]) -> str:
     """conf/hydra/help's template for these overrides: what Hydra's --help prints, without its listing of its own
     groups (seconds of searching its plugins' configs, computed even where the template does not show them)."""
-    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not o.startswith("-")]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="help"):
-        cfg = compose("config", overrides=plain, return_hydra_config=True)
+        cfg = compose("config", overrides=_plain(overrides), return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # the template's ${hydra:runtime.choices.algo}
     groups = "".join(f"{group}: {', '.join(options)}\n" for group, options in config_groups().items())
     return string.Template(cfg.hydra.help.template).safe_substitute(APP_CONFIG_GROUPS=groups)
