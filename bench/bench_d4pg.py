@@ -6,6 +6,8 @@ each, measured one after the other on this machine.
     python bench/bench_d4pg.py --shapes gymnax --seed 5150 --sb3-seeds 3
     python bench/bench_d4pg.py --task halfcheetah           # MuJoCo HalfCheetah-v5, 3 seeds; TD3 and SAC, 1 seed
     python bench/bench_d4pg.py --task hopper --sb3-seeds 0  # MuJoCo Hopper-v5, 3 seeds, lightspeed alone
+    python bench/bench_d4pg.py --task halfcheetah --shapes none --sb3-budget env-steps --sb3-algos TD3
+                                                            # TD3 alone, 300,000 env steps (lightspeed's budget)
 
 Tasks:
   pendulum     Pendulum-v1, 20,000 env steps per seed (rl-zoo's budget), evaluations every 2,000; shapes
@@ -13,7 +15,8 @@ Tasks:
                The issue's bar: every final >= -200, ten seeds done before one TD3 seed first reaches -200.
   halfcheetah  HalfCheetah-v5 through gymnasium[mujoco] (actor threads), 300,000 env steps per seed (HALFCHEETAH's
                settings), evaluations every 50,000. TD3 and SAC (the zoo's MuJoCo settings, 1M steps) train for
-               at most lightspeed's whole wall-clock, then evaluate: the same wall-clock, not the same env steps.
+               at most lightspeed's whole wall-clock, then evaluate: the same wall-clock, not the same env steps
+               (`--sb3-budget env-steps`: for lightspeed's 300,000 env steps, however long that takes).
   hopper       Hopper-v5 as halfcheetah, with a support for Hopper's returns (HOPPER): its episodes end where the
                hopper falls, so a seed's return says how long it stays up as well as how fast it moves.
 
@@ -49,7 +52,7 @@ class Task(NamedTuple):
     overrides: tuple[str, ...]  # run.py's, beyond algo, env and the run length
     shapes: tuple[str, ...]
     seeds: int
-    sb3_same_wall_clock: bool  # SB3 trains for lightspeed's wall-clock (else for rl-zoo's env steps)
+    sb3_same_wall_clock: bool  # SB3 trains for lightspeed's wall-clock by default (else for rl-zoo's env steps)
 
 
 TASKS = {"pendulum": Task("Pendulum-v1", -200.0, 20_000, 2_000, (), ("gymnax", "gymnasium"), 10, False),
@@ -73,8 +76,10 @@ def count_at_bar(finals: list[float], task: Task) -> str:
     return "-" if task.bar is None else f"{sum(f >= task.bar for f in finals)}/{len(finals)}"
 
 
-def sb3_row(task: Task, algo: str, seed: int, max_seconds: Optional[float]) -> tuple[list[str], dict]:
-    result = run_sb3(task.env_id, seed, task.bar, eval_every=task.eval_every, algo=algo, max_seconds=max_seconds)
+def sb3_row(task: Task, algo: str, seed: int, max_seconds: Optional[float],
+            env_steps: Optional[int]) -> tuple[list[str], dict]:
+    result = run_sb3(task.env_id, seed, task.bar, eval_every=task.eval_every, algo=algo, max_seconds=max_seconds,
+                     env_steps=env_steps)
     final = result["final_eval_return"]
     print(f"{algo} seed {seed}: final {final:.1f} after {result['env_steps']:,} env steps", flush=True)
     return ([f"stable-baselines3 rl-zoo {algo}, seed {seed}", "1", f"{final:.1f}", f"{final:.1f}",
@@ -85,23 +90,33 @@ def sb3_row(task: Task, algo: str, seed: int, max_seconds: Optional[float]) -> t
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="pendulum", choices=list(TASKS))
-    parser.add_argument("--shapes", nargs="+", choices=["gymnax", "gymnasium"], help="default: the task's")
+    parser.add_argument("--shapes", nargs="+", choices=["gymnax", "gymnasium", "none"],
+                        help="lightspeed's shapes (default: the task's; none: SB3 alone)")
     parser.add_argument("--seed", type=int, default=2027, help="lightspeed's seed base (never tuned on)")
     parser.add_argument("--seeds", type=int, help="lightspeed's seeds (default: the task's)")
     parser.add_argument("--sb3-seeds", type=int, default=1, help="seeds of TD3 and of SAC (0: none)")
+    parser.add_argument("--sb3-algos", nargs="+", default=["TD3", "SAC"], choices=["TD3", "SAC"])
+    parser.add_argument("--sb3-budget", choices=["wall-clock", "env-steps"],
+                        help="SB3 trains for lightspeed's wall-clock or for its env steps (default: the task's; "
+                             "wall-clock needs a lightspeed shape run first)")
     args = parser.parse_args(argv)
     task = TASKS[args.task]
     seeds = args.seeds or task.seeds
     print_machine(f"D4PG on {task.env_id} beside stable-baselines3", open_devices=False)
     rows, done = [], {}
-    for shape in args.shapes or task.shapes:
+    shapes = [shape for shape in args.shapes or task.shapes if shape != "none"]
+    same_wall_clock = (args.sb3_budget or ("wall-clock" if task.sb3_same_wall_clock else "env-steps")) == "wall-clock"
+    if same_wall_clock and not shapes and args.sb3_seeds:
+        parser.error("--sb3-budget wall-clock needs lightspeed's wall-clock: run a shape, or --sb3-budget env-steps")
+    for shape in shapes:
         row, done[shape] = lightspeed_row(task, shape, args.seed, seeds)
         rows.append(row)
-    max_seconds = max(done.values()) if task.sb3_same_wall_clock else None
+    max_seconds = max(done.values()) if same_wall_clock and done else None
+    sb3_env_steps = task.env_steps if args.sb3_budget == "env-steps" else None
     td3_first = []
-    for algo in ("TD3", "SAC"):
+    for algo in args.sb3_algos:
         for seed in range(args.sb3_seeds):
-            row, result = sb3_row(task, algo, seed, max_seconds)
+            row, result = sb3_row(task, algo, seed, max_seconds, sb3_env_steps)
             rows.append(row)
             if algo == "TD3":
                 td3_first.append(result["first_solve_seconds"])

@@ -211,16 +211,18 @@ print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluatio
 
 
 def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000, algo: str = "DQN",
-            max_seconds: Optional[float] = None) -> dict:
+            max_seconds: Optional[float] = None, env_steps: Optional[int] = None) -> dict:
     """stable-baselines3's `algo` (DQN, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps
-    (training stops early once `max_seconds` from launch are spent), in a fresh process: its periodic
-    evaluations (none if `eval_every` is 0), its final 100-episode greedy (deterministic) return, the env steps it
-    trained and its wall-clock. Needs stable-baselines3 (with torch)."""
-    steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
+    or `env_steps` (training stops early once `max_seconds` from launch are spent), in a fresh process with
+    OMP_NUM_THREADS torch threads (2 unless set): its periodic evaluations (none if `eval_every` is 0), its final
+    100-episode greedy (deterministic) return, the env steps it trained and its wall-clock. Needs
+    stable-baselines3 (with torch)."""
+    zoo_steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
+    steps = env_steps or zoo_steps
     spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper,
                 algo=algo, noise_std=SB3_NOISE_STD.get(algo), max_seconds=max_seconds)
     out = subprocess.run([sys.executable, "-c", SB3_CHILD, json.dumps(spec)], check=True, capture_output=True,
-                         text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+                         text=True, env={"OMP_NUM_THREADS": "2", **os.environ})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -35,6 +35,7 @@ PARTNERS = {
     "env.observation": {"algo"},
     "env.width": {"env.height"},  # a 1x1 grid
     "algo.sigma_min": {"algo.sigma_max"},  # D4PG's noise ladder runs from sigma_max down to sigma_min
+    "algo.ou_dt": {"algo.ou_theta"},  # D4PG's OU process decays only while ou_theta * ou_dt <= 1
     "env.id": {"env.id_pattern"},  # the default id outside a changed pattern
     "env.start": {"env.height", "env.width", "env.walls"},  # outside the grid, or a wall
     "env.goal": {"env.height", "env.width", "env.walls", "env.start"},
