@@ -26,6 +26,7 @@ CASES = {
                                        ["distributed.process_id", "2"]),
     "cluster without a coordinator": (["distributed.num_processes=2"],
                                       ["distributed.coordinator_address", "host:port"]),
+    "unknown matmul precision": (["matmul_precision=bf16"], ["matmul_precision", "bf16", "null", "highest"]),
 }
 
 

@@ -87,3 +87,19 @@ def test_run_keys_differ_per_seed_and_per_evaluation():
     init_key, eval_root = jax.random.split(jax.random.key(7))
     np.testing.assert_array_equal(data(init_a), data(jax.random.split(init_key, 4)))
     np.testing.assert_array_equal(data(eval_b), data(jax.random.split(jax.random.fold_in(eval_root, 1), 4)))
+
+
+def test_matmul_precision_reaches_jax_for_the_run_only_and_changes_nothing_on_a_cpu():
+    """matmul_precision=highest asks accelerators for full float32 products; a CPU computes them so already, so the
+    CPU runs the results page reports are the same with it or without; after the run JAX's default is back."""
+    from framework.core.devices import jax_options
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the equality holds on a CPU")
+    a, b = jax.random.normal(jax.random.key(0), (2, 64, 300))
+    network = lambda a, b: jax.nn.tanh(a @ b.T) @ b
+    default = jax.jit(network)(a, b)
+    with jax_options(None, "highest"):
+        assert jax.config.jax_default_matmul_precision == "highest"
+        np.testing.assert_array_equal(jax.jit(network)(a, b), default)  # a new jit: compiled at this precision
+    assert jax.config.jax_default_matmul_precision is None

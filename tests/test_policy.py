@@ -155,7 +155,7 @@ def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
     algo = registry.build_config("algo", algo_name, algo_overrides)
     one_hot = env_name == "gridworld" and algo_name != "tabular_q"
     env = registry.build_config("env", env_name, {"observation": "one_hot"} if one_hot else {})
-    return SimpleNamespace(algo=algo, env=env, seed=7, num_seeds=2)
+    return SimpleNamespace(algo=algo, env=env, seed=7, num_seeds=2, matmul_precision=None)
 
 
 @pytest.mark.parametrize("algo_name, env_name", [("dqn", "cartpole"), ("apex", "cartpole"), ("dqn", "gridworld"),

@@ -380,7 +380,7 @@ SHORT = [f"total_env_steps={TOTAL_ENV_STEPS}", f"num_seeds={NUM_SEEDS}", "log_ev
          "eval_episodes=2", "final_eval_episodes=3", "progress=false"]
 RUNS = {
     "recurrent-jax": ["algo=toy_recurrent", "env=cartpole"],
-    "recurrent-gymnasium": ["algo=toy_recurrent", "env=gymnasium", "env.id=CartPole-v1"],
+    "recurrent-gymnasium": ["algo=toy_recurrent", "env=gymnasium", "env.id=CartPole-v1", "matmul_precision=highest"],
     "gaussian-jax": ["algo=toy_gaussian", "env=reach"],
     "gaussian-gymnasium": ["algo=toy_gaussian", "env=gymnasium", "env.id=Pendulum-v1"],
 }
@@ -566,6 +566,7 @@ def test_a_reloaded_recurrent_policy_restarts_its_state_after_reset(runs, regist
     finished_run(runs, name)
     policy = load_policy(runs / name, seed_index=1)
     assert policy.meta["policy_state"] == [[[8], "float32"], [[], "int32"]]  # the hidden state and the counter
+    assert policy.meta["matmul_precision"] == ("highest" if shape == "gymnasium" else None)  # acts at the run's
     actions, total = play_cartpole(policy, seed=11)
     assert all(type(action) is int for action in actions) and total == len(actions) >= WARMUP
     assert actions[:WARMUP] == [0, 1, 0]  # the counter began at 0

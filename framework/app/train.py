@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from framework.anakin.trainer import train_single_program
 from framework.core import registry
 from framework.core.config import validated
-from framework.core.devices import check_num_devices, initialize_distributed, use_compilation_cache
+from framework.core.devices import check_num_devices, initialize_distributed, jax_options
 from framework.sebulba.trainer import train_host
 
 
@@ -23,8 +23,8 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
     train_cfg = validated(cfg)
     initialize_distributed(train_cfg.distributed)
     check_num_devices(train_cfg.num_devices)
-    use_compilation_cache(train_cfg.compilation_cache)
-    env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
-    if getattr(env, "host", False):  # stepped in Python: actors and learner apart
-        return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
-    return train_single_program(train_cfg, cfg, env, env_params, algorithm, run_dir, seconds, sweep_group)
+    with jax_options(train_cfg.compilation_cache, train_cfg.matmul_precision):
+        env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
+        if getattr(env, "host", False):  # stepped in Python: actors and learner apart
+            return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
+        return train_single_program(train_cfg, cfg, env, env_params, algorithm, run_dir, seconds, sweep_group)

@@ -30,6 +30,7 @@ def conf_dir() -> Path:
 CONF_DIR = conf_dir()
 WANDB_MODES = ("auto", "offline", "online", "disabled")
 NAN_POLICIES = ("stop", "warn")
+MATMUL_PRECISIONS = ("default", "high", "highest")  # jax_default_matmul_precision's names
 
 
 @dataclasses.dataclass
@@ -214,6 +215,9 @@ class TrainConfig:
     nan_policy: str = "stop"  # a non-finite loss or Q-value: stop (keeping the last good checkpoint) or warn
     # XLA programs cached on disk: a relaunch with the same shapes skips most of compilation
     compilation_cache: Optional[str] = "~/.cache/lightspeed/xla"
+    # float32 matrix products: null keeps JAX's default (full float32 on a CPU; bfloat16 passes on a TPU, TF32 on
+    # recent NVIDIA GPUs), highest asks for full float32 everywhere (slower on an accelerator)
+    matmul_precision: Optional[str] = None
 
     def validate(self) -> None:
         check_positive_int("seed", self.seed, minimum=0)
@@ -236,6 +240,9 @@ class TrainConfig:
                   "installed: pip install -e '.[ray]' (ray[client])", f"{' and '.join(missing)} not installed")
             self.ray.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
+        if self.matmul_precision is not None:
+            check(self.matmul_precision in MATMUL_PRECISIONS, "matmul_precision", self.matmul_precision,
+                  f"null (JAX's default) or one of {', '.join(MATMUL_PRECISIONS)}")
 
 
 def register_schemas() -> None:

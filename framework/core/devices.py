@@ -7,9 +7,10 @@ Two layouts share one device axis:
   replay shard) and the learners average their gradients with `mean_over_devices`, so the
   parameters stay identical on all devices. The state is laid out [device, seed, ...].
 """
+import contextlib
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import jax
 import numpy as np
@@ -91,6 +92,25 @@ def initialize_distributed(config: Any) -> None:  # framework.core.config.Distri
         raise ConfigError("distributed.coordinator_address", config.coordinator_address,
                           f"an address where all {config.num_processes} processes meet",
                           str(error).splitlines()[0]) from None
+
+
+@contextlib.contextmanager
+def jax_options(compilation_cache: Optional[str], matmul_precision: Optional[str]) -> Iterator[None]:
+    """A run's JAX options, set process-wide (its actor threads compile too) before anything compiles; the matmul
+    precision is JAX's previous one again afterwards, so that an in-process run leaves the next one as it was."""
+    previous = jax.config.jax_default_matmul_precision
+    use_compilation_cache(compilation_cache)
+    use_matmul_precision(matmul_precision)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_default_matmul_precision", previous)
+
+
+def use_matmul_precision(precision: Optional[str]) -> None:
+    """Float32 matrix products at `precision` (null: JAX's default) in every program compiled from now on."""
+    if precision is not None:
+        jax.config.update("jax_default_matmul_precision", precision)
 
 
 def use_compilation_cache(directory: Optional[str]) -> None:

@@ -11,10 +11,11 @@ the number of actions, the run's seed), in Flax's msgpack encoding.
     policy = load_policy("runs/first", seed_index=0, which="final")
     action = policy(observation)          # one observation -> int; a batch [B, ...] -> [B] actions
 """
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, ContextManager, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -61,7 +62,8 @@ def save_policies(run_dir: Path, which: str, policies: Any, train_cfg: Any, env:
             "observation_shape": list(env.observation_shape),
             # Discrete actions' count (None for Box actions: action_space says what they are)
             "num_actions": env.num_actions if env.action_space(env_params).kind == "discrete" else None,
-            "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds, **acting_facts(algorithm, env, env_params)}
+            "seed": train_cfg.seed, "num_seeds": train_cfg.num_seeds, "matmul_precision": train_cfg.matmul_precision,
+            **acting_facts(algorithm, env, env_params)}
     for seed in range(train_cfg.num_seeds):
         policy = jax.tree.map(lambda leaf, seed=seed: np.asarray(leaf[seed]), policies)
         payload = {"policy": serialization.to_state_dict(policy), "meta": {**meta, "seed_index": seed}}
@@ -151,6 +153,13 @@ class SavedPolicies(NamedTuple):
     algorithm: Algorithm
 
 
+def products_as_the_run(meta: dict) -> ContextManager:
+    """The run's matmul precision (saved with its policies) for the programs compiled within: a policy acts on an
+    accelerator as the run evaluated it (none saved: JAX's own)."""
+    precision = meta.get("matmul_precision")
+    return jax.default_matmul_precision(precision) if precision else contextlib.nullcontext()
+
+
 def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
     """All seeds' `which` policies of a run dir, checked against the config they were saved with."""
     saved = [read_policy(run_dir, seed, which) for seed in range(saved_seeds(run_dir, which))]
@@ -197,7 +206,8 @@ class LoadedPolicy:
         start = np.broadcast_to(np.asarray(self._starting if start is None else start, bool), (size,))
         self._starting = False
         act = self._acts.setdefault(size, HostEpisodesAct(self.algorithm, (), size))
-        actions = act(self.policy, batch, start, np.zeros(size, np.uint32))
+        with products_as_the_run(self.meta):
+            actions = act(self.policy, batch, start, np.zeros(size, np.uint32))
         actions = env_actions(self.action_space, actions)
         return actions[0].item() if single and isinstance(self.action_space, Discrete) else (
             actions[0] if single else actions)

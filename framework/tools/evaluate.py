@@ -21,7 +21,7 @@ from framework.core.env import can_render
 from framework.core.errors import ConfigError, check, check_writable_dir
 from framework.core.evaluation import make_evaluate, make_record_episode
 from framework.core.keys import FINAL_EVALUATION, run_keys
-from framework.run.policy import KINDS, SavedPolicies, load_policies
+from framework.run.policy import KINDS, SavedPolicies, load_policies, products_as_the_run
 
 GIF_MAX_FPS = 25  # viewers slow down frames shorter than 20-40 ms: faster envs show every k-th step
 GIF_LAST_FRAME_MS = 1000
@@ -177,14 +177,16 @@ def main(argv: Sequence[str]) -> dict:
     check_args(args)
     saved = load_policies(args.run_dir, args.which)
     seed = saved.meta["seed"] if args.seed is None else args.seed
-    returns = play(saved, args.episodes, seed)
+    with products_as_the_run(saved.meta):
+        returns = play(saved, args.episodes, seed)
     print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.env.name}): "
           f"{args.episodes} greedy episodes per seed, seed {seed}")
     same_seed = args.seed is None or args.seed == saved.meta["seed"]
     print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
     gif = None
     if args.gif is not None:
-        episode_return, steps = record_gif(saved, seed, args.episodes, args.gif)
+        with products_as_the_run(saved.meta):
+            episode_return, steps = record_gif(saved, seed, args.episodes, args.gif)
         gif = {"path": str(args.gif), "seed_index": 0, "episode_index": 0, "return": episode_return, "steps": steps}
         print(f"wrote {args.gif}: seed 0's first episode of the {args.episodes} above, return {episode_return:g} "
               f"in {steps} steps")

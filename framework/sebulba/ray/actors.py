@@ -51,7 +51,7 @@ class ActorProcess:
 
     def __init__(self, train: Any, driver_versions: dict):
         from framework.core import registry
-        from framework.core.devices import use_compilation_cache
+        from framework.core.devices import use_compilation_cache, use_matmul_precision
         from framework.sebulba.ray.cluster import versions
 
         mine = versions()
@@ -59,6 +59,7 @@ class ActorProcess:
             raise RuntimeError(f"this Ray actor process runs {mine}, the driver {driver_versions}: every node of "
                                "the cluster needs the driver's lightspeed, jax and Python")
         use_compilation_cache(train.compilation_cache)  # a restarted actor skips most of its compile
+        use_matmul_precision(train.matmul_precision)  # the driver's products, in this process too
         self.train = train
         self.env, _, algorithm = registry.build(train.env, train.algo)
         self.parts = algorithm.actor_learner
