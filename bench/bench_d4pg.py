@@ -84,7 +84,8 @@ def sb3_row(task: Task, algo: str, seed: int, max_seconds: Optional[float],
     print(f"{algo} seed {seed}: final {final:.1f} after {result['env_steps']:,} env steps", flush=True)
     return ([f"stable-baselines3 rl-zoo {algo}, seed {seed}", "1", f"{final:.1f}", f"{final:.1f}",
              count_at_bar([final], task), f"{result['env_steps']:,}",
-             format_value(result["first_solve_seconds"], ".1f", "never"), f"{result['wall_seconds']:.1f}"], result)
+             "-" if task.bar is None else format_value(result["first_solve_seconds"], ".1f", "never"),
+             f"{result['wall_seconds']:.1f}"], result)
 
 
 def main(argv: list[str]) -> None:
