@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
         row, done[shape] = lightspeed_row(task, shape, args.seed, seeds)
         rows.append(row)
     max_seconds = max(done.values()) if same_wall_clock and done else None
-    sb3_env_steps = task.env_steps if args.sb3_budget == "env-steps" else None
+    sb3_env_steps = None if same_wall_clock else task.env_steps  # Pendulum's are rl-zoo's too
     td3_first = []
     for algo in args.sb3_algos:
         for seed in range(args.sb3_seeds):

@@ -179,17 +179,17 @@ def main(argv: Sequence[str]) -> dict:
     seed = saved.meta["seed"] if args.seed is None else args.seed
     with products_as_the_run(saved.meta):
         returns = play(saved, args.episodes, seed)
-    print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.env.name}): "
-          f"{args.episodes} greedy episodes per seed, seed {seed}")
-    same_seed = args.seed is None or args.seed == saved.meta["seed"]
-    print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
-    gif = None
-    if args.gif is not None:
-        with products_as_the_run(saved.meta):
+        print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.env.name}): "
+              f"{args.episodes} greedy episodes per seed, seed {seed}")
+        same_seed = args.seed is None or args.seed == saved.meta["seed"]
+        print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
+        gif = None
+        if args.gif is not None:
             episode_return, steps = record_gif(saved, seed, args.episodes, args.gif)
-        gif = {"path": str(args.gif), "seed_index": 0, "episode_index": 0, "return": episode_return, "steps": steps}
-        print(f"wrote {args.gif}: seed 0's first episode of the {args.episodes} above, return {episode_return:g} "
-              f"in {steps} steps")
+            gif = {"path": str(args.gif), "seed_index": 0, "episode_index": 0, "return": episode_return,
+                   "steps": steps}
+            print(f"wrote {args.gif}: seed 0's first episode of the {args.episodes} above, return "
+                  f"{episode_return:g} in {steps} steps")
     record = evaluation_record(args, seed, returns, gif)
     (args.run_dir / "evaluation.json").write_text(json.dumps(record, indent=2))
     return record
