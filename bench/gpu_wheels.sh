@@ -4,11 +4,12 @@
 # (git-ignored).
 #   bash bench/gpu_wheels.sh && ls .whl
 #   bash bench/gpu_wheels.sh --tpu      # for the TPU image (Python 3.11, jax; flax, optax and the rest from its own
-#                                       # index, bench/gpu_atari.sh says how): adds chex and cloudpickle, which it lacks
+#                                       # index, bench/gpu_atari.sh says how): adds chex, cloudpickle and gymnax, which
+#                                       # it lacks (gymnax imports seaborn: take that from the image's index)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python_version=3.12 extra=()
-[[ "${1:-}" == "--tpu" ]] && python_version=3.11 extra=(chex cloudpickle)
+[[ "${1:-}" == "--tpu" ]] && python_version=3.11 extra=(chex cloudpickle gymnax)
 rm -rf .whl && mkdir .whl  # one version of each: two stop the install there
 platforms=()
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do
