@@ -172,24 +172,25 @@ def evaluation_record(args: argparse.Namespace, seed: int, returns: np.ndarray, 
     }
 
 
+def gif_entry(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> dict:
+    """record_gif, said on stdout; the evaluation record's "gif" entry."""
+    episode_return, steps = record_gif(saved, seed, episodes, path)
+    print(f"wrote {path}: seed 0's first episode of the {episodes} above, return {episode_return:g} in {steps} steps")
+    return {"path": str(path), "seed_index": 0, "episode_index": 0, "return": episode_return, "steps": steps}
+
+
 def main(argv: Sequence[str]) -> dict:
     args = parse_args(argv)
     check_args(args)
     saved = load_policies(args.run_dir, args.which)
     seed = saved.meta["seed"] if args.seed is None else args.seed
+    same_seed = args.seed is None or args.seed == saved.meta["seed"]
     with products_as_the_run(saved.meta):
         returns = play(saved, args.episodes, seed)
         print(f"{args.which} policies of {args.run_dir} ({saved.meta['algo']['name']} on {saved.env.name}): "
               f"{args.episodes} greedy episodes per seed, seed {seed}")
-        same_seed = args.seed is None or args.seed == saved.meta["seed"]
         print(format_table(returns, run_results(args.run_dir, args.which, args.episodes) if same_seed else None))
-        gif = None
-        if args.gif is not None:
-            episode_return, steps = record_gif(saved, seed, args.episodes, args.gif)
-            gif = {"path": str(args.gif), "seed_index": 0, "episode_index": 0, "return": episode_return,
-                   "steps": steps}
-            print(f"wrote {args.gif}: seed 0's first episode of the {args.episodes} above, return "
-                  f"{episode_return:g} in {steps} steps")
+        gif = gif_entry(saved, seed, args.episodes, args.gif) if args.gif is not None else None
     record = evaluation_record(args, seed, returns, gif)
     (args.run_dir / "evaluation.json").write_text(json.dumps(record, indent=2))
     return record
