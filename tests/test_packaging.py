@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,25 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("pyproject.toml", "README.md", "framework", "algorithms", "envs", "conf")
 
 
+def run_ok(*argv) -> str:
+    """A setup command's stdout, after checking that it succeeded (its stderr in the failure)."""
+    result = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(map(str, argv))}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def dependency_dirs() -> list[str]:
+    """Where this interpreter finds lightspeed's dependencies: its own site-packages, a venv's where the suite runs in
+    one (`venv --system-site-packages` would expose the base interpreter's instead)."""
+    return sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """A venv with lightspeed installed from a copy of the source (its dependencies seen from this interpreter's
-    site-packages, so nothing downloads); the repository itself is never on its path."""
+    """A venv with lightspeed installed from a wheel built of a copy of the source. Its dependencies are this
+    interpreter's, named by path in a .pth file: as plain paths, whose own .pth files are not read, so this
+    interpreter's editable lightspeed (a .pth and a finder there) is not seen. Nothing downloads; the repository
+    itself is never on its path."""
     base = tmp_path_factory.mktemp("install")
     source = base / "source"
     source.mkdir()
@@ -24,12 +40,17 @@ def installed(tmp_path_factory) -> Path:
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
         copy(ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                             if (ROOT / name).is_dir() else {}))
-    venv = base / "venv"
-    # no pip of its own: ensurepip's bundled setuptools would shadow the one that builds this pyproject
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps",
-                    "--no-build-isolation", str(source)], check=True, capture_output=True, text=True)
+    wheels = base / "wheels"
+    # the build backend is this interpreter's setuptools (the test extra asks for one that builds wheels alone)
+    run_ok(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, source)
     shutil.rmtree(source)  # what runs now is what the install put in the venv
+    venv = base / "venv"
+    run_ok(sys.executable, "-m", "venv", "--without-pip", venv)
+    python = venv / "bin" / "python"
+    site = run_ok(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip()
+    (Path(site) / "dependencies.pth").write_text("\n".join(dependency_dirs()) + "\n")
+    (wheel,) = wheels.glob("lightspeed-*.whl")
+    run_ok(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel)
     return venv
 
 
@@ -38,16 +59,24 @@ def clean_env() -> dict:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
+PROBE = """
+import importlib.metadata, json, sys
+import algorithms, envs, framework, framework.core.config as config
+print(json.dumps({"modules": [m.__file__ for m in (framework, algorithms, envs)], "conf": str(config.CONF_DIR),
+                  "shipped": sorted(p.name for p in config.CONF_DIR.iterdir()), "path": sys.path,
+                  "dist": str(importlib.metadata.distribution("lightspeed").locate_file(""))}))
+"""
+
+
 def test_the_installed_package_holds_its_config_and_no_repository_path(installed, tmp_path):
-    probe = ("import json, framework, framework.core.config as c; "
-             "print(framework.__file__); print(c.CONF_DIR); "
-             "print(json.dumps(sorted(p.name for p in c.CONF_DIR.iterdir())))")
-    lines = subprocess.run([installed / "bin" / "python", "-c", probe], cwd=tmp_path, env=clean_env(),
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    seen = json.loads(subprocess.run([installed / "bin" / "python", "-c", PROBE], cwd=tmp_path, env=clean_env(),
+                                     capture_output=True, text=True, check=True).stdout)
     site = installed / "lib"
-    assert Path(lines[0]).is_relative_to(site) and Path(lines[1]) == Path(lines[0]).parent / "conf"
-    shipped = set(json.loads(lines[2]))
-    assert {"config.yaml", "algo", "env", "algo_env", "logger", "distributed", "hydra", "sweep"} <= shipped
+    # the wheel's copy, with its metadata, in the venv: not the repository, nor this interpreter's editable install
+    assert all(Path(module).is_relative_to(site) for module in seen["modules"]), seen["modules"]
+    assert Path(seen["dist"]).is_relative_to(site) and Path(seen["conf"]) == Path(seen["modules"][0]).parent / "conf"
+    assert not any(Path(entry).resolve() == ROOT for entry in seen["path"] if entry)
+    assert {"config.yaml", "algo", "env", "algo_env", "logger", "distributed", "hydra", "sweep"} <= set(seen["shipped"])
 
 
 def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):
