@@ -39,7 +39,9 @@ def test_the_default_cartpole_run_ends_solved_on_two_seeds(tmp_path, algo):
 def test_with_a_target_every_seed_is_sustained_solved_and_its_best_policy_holds(tmp_path):
     summary = run_summary(tmp_path, "algo=dqn", "env=cartpole", "num_seeds=2", f"seed={SEED_BASE}",
                           f"target_return={TARGET}")
-    assert summary["solved_seeds"] == 2 and summary["env_steps"] < 100_000  # stopped early, once all were solved
+    assert summary["solved_seeds"] == 2
+    # the stop rule, whenever this CPU's floats solve them: the run ends at the evaluation that solved the last seed
+    assert summary["env_steps"] == max(seed["solved_at_env_steps"] for seed in summary["seeds"])
     # The run stops when the last seed is solved; one solved earlier trains on meanwhile and may slip: on
     # the Intel Xeon of 2026-12-02 seed 31 solved at 25,600 env steps and ended at 401.6 at the stop
     # (35,840). Its best policy, kept beside the final one, is what holds on the final 100 episodes.
@@ -57,8 +59,9 @@ APEX_STOPPED_EARLY_GAP = pytest.mark.xfail(strict=True, reason="an early-stopped
 def test_ten_seeds_end_solved_and_stay_solved(tmp_path, algo, target, request):
     if algo == "apex" and target:
         request.applymarker(APEX_STOPPED_EARLY_GAP)
-    overrides = [f"algo={algo}", "env=cartpole", "num_seeds=10", f"seed={SEED_BASE}", f"target_return={TARGET}"]
-    summary = run_summary(tmp_path, *overrides[:-1], *([overrides[-1]] if target else []))
+    # no target: null, not left out (apex_cartpole.yaml sets one of its own)
+    summary = run_summary(tmp_path, f"algo={algo}", "env=cartpole", "num_seeds=10", f"seed={SEED_BASE}",
+                          f"target_return={target if target else 'null'}")
     assert_ends_solved(summary)
     if target:
         assert summary["solved_seeds"] == 10

@@ -15,15 +15,17 @@ from conftest import deterministic_metrics, run_cli, shared_dir, start_python
 DQN_TWO_SEEDS = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=120000", "log_every=4000",
                  "eval_every=8000", "eval_episodes=4", "checkpoint.every=16000", "checkpoint.keep=2",
                  "algo.learning_starts=500")
-# learners on two forced devices: the checkpoint holds both devices' actors, replay shards and keys
-APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "num_seeds=1", "total_env_steps=122880", "log_every=4096",
-                    "eval_every=8192", "eval_episodes=4", "checkpoint.every=16384", "checkpoint.keep=2",
-                    "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
+# learners on two forced devices: the checkpoint holds both devices' actors, replay shards and keys. No early stop
+# (apex_cartpole.yaml ends a solved seed): the run goes to total_env_steps whenever this CPU's floats solve it
+APEX_TWO_DEVICES = ("algo=apex", "env=cartpole", "target_return=null", "num_seeds=1", "total_env_steps=122880",
+                    "log_every=4096", "eval_every=8192", "eval_episodes=4", "checkpoint.every=16384",
+                    "checkpoint.keep=2", "algo.learning_starts=500", "algo.learner_updates_per_iteration=8")
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 # recurrent: the checkpoint holds the actors' LSTM states, the stored sequences' states and the sum tree over slots
-R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "num_seeds=2", "total_env_steps=40960",
-                  "log_every=2560", "eval_every=5120", "eval_episodes=4", "checkpoint.every=2560", "checkpoint.keep=2",
-                  "algo.lstm_size=16", "algo.hidden_sizes=[16]")
+# (no early stop, as for Ape-X: r2d2_cartpole.yaml has a target return)
+R2D2_TWO_SEEDS = ("algo=r2d2", "env=cartpole", "env.observe=position", "target_return=null", "num_seeds=2",
+                  "total_env_steps=40960", "log_every=2560", "eval_every=5120", "eval_episodes=4",
+                  "checkpoint.every=2560", "checkpoint.keep=2", "algo.lstm_size=16", "algo.hidden_sizes=[16]")
 # continuous actions: the policy and critic with their targets, float actions in replay, the actors' noise keys
 D4PG_TWO_SEEDS = ("algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "num_seeds=2", "total_env_steps=8000",
                   "log_every=1000", "eval_every=2000", "eval_episodes=2", "checkpoint.every=2000", "checkpoint.keep=2",
