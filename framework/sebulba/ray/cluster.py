@@ -81,10 +81,12 @@ def check_ports_free(config: RayConfig) -> None:
 
 def head_command(config: RayConfig, temp_dir: Path) -> list[str]:
     """`ray start --head --block` with every listener this config pins."""
-    ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    # this interpreter's Ray, the one the driver imports: a `ray` on PATH may be another environment's (a venv run
+    # by its python without being activated finds the base interpreter's)
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     ports = {key: getattr(config, key) for key in RAY_PORT_KEYS
              if key not in ("client_server_port", "dashboard_port", "autoscaler_metric_port")}
-    command = [ray_cli, "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+    command = [*ray_cli, "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={temp_dir}",
                f"--node-ip-address={config.node_ip_address}", f"--ray-client-server-port={config.client_server_port}",
                f"--min-worker-port={config.min_worker_port}", f"--max-worker-port={config.max_worker_port}",
                *(f"--{key.replace('_', '-')}={port}" for key, port in ports.items())]
