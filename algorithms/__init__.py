@@ -1,2 +1,2 @@
 """Built-in algorithms; importing this package registers them."""
-from algorithms import apex, d4pg, dqn, r2d2, tabular_q  # noqa: F401  (registration)
+from algorithms import apex, d4pg, dqn, ppo, r2d2, tabular_q  # noqa: F401  (registration)

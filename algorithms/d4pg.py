@@ -28,7 +28,7 @@ from algorithms.common.networks import select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
+from algorithms.common.replays import ReplayItems, check_actor_replay_sizes, count_filled, prioritized_replay
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
 from framework.core.errors import check, check_choice, check_number, check_positive_int
@@ -212,6 +212,7 @@ class DPGLearner:
     target: DPGParams
     replay_state: Any
     updates: jax.Array
+    filled: jax.Array  # items inserted, counted up to the learning start
 
 
 def td_of_items(params: DPGParams, target: DPGParams, items: Transition, policy_net: Policy, critic_net: Critic,
@@ -240,29 +241,30 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
                                 config.priority_alpha, action_example)
     prioritized = Prioritized(config.beta_start, config.beta_steps)
     optimizer = clipped_adam(config.max_grad_norm)
+    block_units, learning_starts = num_envs * config.rollout_length, max(config.learning_starts, config.batch_size)
 
     def learning_rate(initial: float, env_steps: jax.Array) -> jax.Array:
         return decayed_learning_rate(initial, config.lr_final_fraction, config.lr_decay_env_steps, env_steps)
 
     # the actor part
     def act(params: DPGParams, state: ActorNoise, obs: jax.Array, start: jax.Array, key: jax.Array
-            ) -> tuple[jax.Array, ActorNoise]:
+            ) -> tuple[jax.Array, ActorNoise, tuple]:
         sigma = jnp.asarray(sigmas)[state.index // config.envs_per_actor]
         noise = next_noise(config.noise, state.noise, start, jax.random.normal(key, (action_size,)), sigma,
                            config.ou_theta, config.ou_dt)
         action = with_noise(policy_net.apply(params.policy, obs), noise)
         # Gaussian noise is not carried: its actor state stays zeros
         state = ActorNoise(state.index, noise) if config.noise == "ou" else state
-        return bounds.to_env(action), state
+        return bounds.to_env(action), state, ()
 
-    def observe(params: DPGParams, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Transition, jax.Array]:
+    def observe(params: DPGParams, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, ReplayItems]:
         window = push(window, {"obs": step.obs, "action": step.action, "reward": step.reward,
                                "terminated": step.terminated, "truncated": step.truncated,
                                "next_obs": step.final_obs, "acted": step.acted}, config.n_step)
         items = oldest_transition(window, config.discount)
         # initial priorities under the actor's own copy, which stands in for the targets too
         _, td, _ = td_of_items(params, params, items, policy_net, critic_net, critics, bounds)
-        return window, items, (jnp.abs(td) + PRIORITY_EPSILON) * items.valid
+        return window, ReplayItems(items, (jnp.abs(td) + PRIORITY_EPSILON) * items.valid)
 
     def actor_metrics(states: ActorNoise, returns: jax.Array) -> Metrics:
         per_actor = returns.reshape(config.num_actors, config.envs_per_actor).mean(axis=1)
@@ -275,10 +277,11 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         critic = critic_net.init(critic_key, obs[:1], jnp.zeros((1, action_size)))
         return DPGLearner(TrainState.create(apply_fn=policy_net.apply, params=policy, tx=optimizer),
                           TrainState.create(apply_fn=critic_net.apply, params=critic, tx=optimizer),
-                          DPGParams(policy, critic), replay.init(obs), jnp.int32(0))
+                          DPGParams(policy, critic), replay.init(obs), jnp.int32(0), jnp.int32(0))
 
-    def insert(learner: DPGLearner, items: Transition, priorities: jax.Array) -> DPGLearner:
-        return learner.replace(replay_state=replay.add(learner.replay_state, items, priorities))
+    def insert(learner: DPGLearner, items: ReplayItems) -> DPGLearner:
+        return learner.replace(replay_state=replay.add(learner.replay_state, items.record, items.priority),
+                               filled=count_filled(learner.filled, block_units, learning_starts))
 
     def critic_loss(critic: Any, policy: Any, target: DPGParams, batch: Transition, weights: jax.Array):
         losses, td, q = td_of_items(DPGParams(policy, critic), target, batch, policy_net, critic_net, critics, bounds)
@@ -324,7 +327,7 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         metrics = {"train/critic_loss": stats["critic_loss"].mean(), "train/policy_loss": stats["policy_loss"].mean(),
                    "train/q_mean": stats["q_mean"].mean(), "train/beta": annealed_beta(prioritized, updates),
                    "train/critic_learning_rate": critic_rate, "replay/is_weight_min": stats["is_weight_min"].min()}
-        return DPGLearner(policy_state, critic_state, target, with_tree(tree), updates), metrics
+        return DPGLearner(policy_state, critic_state, target, with_tree(tree), updates, learner.filled), metrics
 
     def deterministic_act(params: DPGParams, state: Any, obs: jax.Array, start: jax.Array, key: jax.Array
                           ) -> tuple[jax.Array, Any]:
@@ -332,13 +335,13 @@ def make_d4pg(config: D4PGConfig, env: Any, env_params: Any) -> Algorithm:
         return bounds.to_env(policy_net.apply(params.policy, obs)), state
 
     parts = ActorLearner(
-        num_envs=num_envs, block_steps=config.rollout_length, block_items=num_envs * config.rollout_length,
-        learning_starts=max(config.learning_starts, config.batch_size),
+        num_envs=num_envs, block_steps=config.rollout_length, block_units=block_units,
         actor_init=lambda index, env_steps: ActorNoise(index, jnp.zeros(action_size, jnp.float32)), act=act,
         record_init=lambda obs: empty_window(obs, config.n_step, host=True, action=action_example),
-        observe=observe, learner_init=learner_init, insert=insert, learn=learn,
+        observe=observe, learner_init=learner_init, insert=insert,
+        ready=lambda learner: learner.filled >= learning_starts, learn=learn,
         updates_per_learn=config.learner_updates_per_iteration,
-        samples_per_learn=config.learner_updates_per_iteration * config.batch_size,
+        learn_units=config.learner_updates_per_iteration * config.batch_size,
         actor_params=lambda learner: DPGParams(learner.policy_state.params, learner.critic_state.params),
         learner_steps=lambda learner: learner.updates, sync_period=config.actor_sync_period,
         actor_metrics=actor_metrics,

@@ -37,6 +37,7 @@ from algorithms.common.recurrent import (
     unroll,
     zero_state,
 )
+from algorithms.common.replays import count_filled
 from algorithms.common.sequence_replay import (
     SequenceReplay,
     SequenceReplayState,
@@ -124,6 +125,9 @@ class R2D2Config:
         check_number("algo.samples_per_insert", self.samples_per_insert, 0, low_inclusive=False)
         inserted = self.sequences_per_iteration
         sampled = self.samples_per_insert * inserted
+        check(self.batch_size <= sampled, "algo.batch_size", self.batch_size,
+              f"at most samples_per_insert x {inserted} ({sampled:g}: the sequences an iteration samples)",
+              "each iteration's learner round is a whole number of batches")
         check(sampled >= self.batch_size and float(sampled / self.batch_size).is_integer(), "algo.samples_per_insert",
               self.samples_per_insert, f"a value that makes samples_per_insert x {inserted} (the sequences an "
               f"iteration inserts) a multiple of algo.batch_size ({self.batch_size})",
@@ -142,6 +146,14 @@ class R2D2Config:
         return int(self.samples_per_insert * self.sequences_per_iteration) // self.batch_size
 
 
+class ActedFrom(NamedTuple):
+    """What an R2D2 actor hands its recorder with an action: the LSTM state it acted from (zeroed where an
+    episode starts) and its Q-values there, which the replay stores for the burn-in and initial priorities."""
+
+    state: LSTMState
+    q: jax.Array
+
+
 class R2D2Actor(NamedTuple):
     """An env's actor state: its place in the seed (its rung of the ladder) and its LSTM state."""
 
@@ -155,6 +167,7 @@ class R2D2Learner:
     target_params: Any
     replay_state: SequenceReplayState
     updates: jax.Array
+    filled: jax.Array  # sequences inserted, counted up to the learning start
 
 
 def trained_steps(steps: StepRecord, burn_in: int) -> SequenceSteps:
@@ -173,6 +186,8 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
     num_envs = c.num_envs
     epsilons = np.asarray(actor_epsilons(c.num_actors, c.actor_epsilon, c.actor_alpha))
     optimizer = clipped_adam(c.max_grad_norm)
+    # the first sequences are whole once every env has written a stored length
+    learning_starts = max(c.learning_starts, c.batch_size, -(-c.stored_length // c.sequence_period) * num_envs)
 
     def sequence_td(q_online: jax.Array, q_target: jax.Array, steps: StepRecord) -> tuple[jax.Array, jax.Array]:
         """One sequence's TD errors and valid mask over its trained steps, from Q [T, A] at its observations."""
@@ -196,18 +211,17 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         return R2D2Actor(index, zero_state(c.lstm_size))
 
     def act(params: Any, actor: R2D2Actor, obs: jax.Array, start: jax.Array, key: jax.Array
-            ) -> tuple[jax.Array, R2D2Actor]:
-        lstm, q = network.apply(params, reset_where(start, actor.lstm), obs)
+            ) -> tuple[jax.Array, R2D2Actor, ActedFrom]:
+        acted_from = reset_where(start, actor.lstm)
+        lstm, q = network.apply(params, acted_from, obs)
         epsilon = jnp.asarray(epsilons)[actor.index // c.envs_per_actor]
-        return epsilon_greedy(q, epsilon, jax.random.uniform(key)), actor._replace(lstm=lstm)
+        return epsilon_greedy(q, epsilon, jax.random.uniform(key)), actor._replace(lstm=lstm), ActedFrom(acted_from, q)
 
-    def observe(params: Any, recorder: tuple, step: ActorStep) -> tuple[tuple, StepRecord, None]:
+    def observe(params: Any, recorder: tuple, step: ActorStep) -> tuple[tuple, StepRecord]:
         """The step as the replay stores it: with the state the actor acted from and its Q-values there."""
-        lstm = reset_where(step.start, step.actor_state.lstm)
-        _, q = network.apply(params, lstm, step.obs)
         record = StepRecord(step.obs, step.action.astype(jnp.int32), step.reward.astype(jnp.float32),
-                            step.terminated, step.truncated, step.start, step.acted, lstm, q)
-        return recorder, record, None
+                            step.terminated, step.truncated, step.start, step.acted, step.extras.state, step.extras.q)
+        return recorder, record
 
     # the learner part
     def learner_init(key: jax.Array, obs: jax.Array) -> R2D2Learner:
@@ -218,10 +232,11 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
             obs, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs), jnp.zeros(num_envs, bool),
             jnp.zeros(num_envs, bool), jnp.zeros(num_envs, bool), jnp.zeros(num_envs, bool), lstm, q))
         return R2D2Learner(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params,
-                           replay.init(example), jnp.int32(0))
+                           replay.init(example), jnp.int32(0), jnp.int32(0))
 
-    def insert(learner: R2D2Learner, records: StepRecord, priorities: None) -> R2D2Learner:
-        return learner.replace(replay_state=replay.add(learner.replay_state, records))
+    def insert(learner: R2D2Learner, records: StepRecord) -> R2D2Learner:
+        return learner.replace(replay_state=replay.add(learner.replay_state, records),
+                               filled=count_filled(learner.filled, c.sequences_per_iteration, learning_starts))
 
     def unrolled_q(params: Any, batch: Sequences, with_gradient: bool) -> jax.Array:
         """Q [B, T, A] along the sampled sequences, from the stored (or a zero) state; the burn-in without gradient."""
@@ -270,7 +285,7 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         metrics = {"train/loss": stats["loss"].mean(), "train/q_mean": stats["q_mean"].mean(),
                    "train/learning_rate": step_size, "replay/valid_step_fraction": stats["valid_fraction"].mean(),
                    "replay/is_weight_min": stats["is_weight_min"].min()}
-        return R2D2Learner(train_state, target_params, with_tree(tree), updates), metrics
+        return R2D2Learner(train_state, target_params, with_tree(tree), updates, learner.filled), metrics
 
     def learner_metrics(learner: R2D2Learner) -> Metrics:
         """Mean and max raw sequence priority over the stored sequences (once per chunk)."""
@@ -281,12 +296,10 @@ def r2d2_parts(config: R2D2Config, network: RecurrentQNetwork) -> ActorLearner:
         return {f"actors/return_eps_{float(eps):.3g}": per_actor[i] for i, eps in enumerate(epsilons)}
 
     return ActorLearner(
-        num_envs=num_envs, block_steps=c.rollout_length, block_items=c.sequences_per_iteration,
-        # the first sequences are whole once every env has written a stored length
-        learning_starts=max(c.learning_starts, c.batch_size, -(-c.stored_length // c.sequence_period) * num_envs),
+        num_envs=num_envs, block_steps=c.rollout_length, block_units=c.sequences_per_iteration,
         actor_init=actor_init, act=act, record_init=lambda obs: (), observe=observe,
-        learner_init=learner_init, insert=insert, learn=learn,
-        updates_per_learn=c.updates_per_iteration(), samples_per_learn=c.updates_per_iteration() * c.batch_size,
+        learner_init=learner_init, insert=insert, ready=lambda learner: learner.filled >= learning_starts,
+        learn=learn, updates_per_learn=c.updates_per_iteration(), learn_units=c.updates_per_iteration() * c.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.updates,
         sync_period=c.actor_sync_period, actor_metrics=actor_metrics, learner_metrics=learner_metrics)
 

@@ -45,8 +45,8 @@ def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_leng
     sys.path.insert(0, str(REPO_ROOT))
     from algorithms.apex import ApexConfig, make_apex
     from envs import make
+    from framework.anakin.compose import single_program
     from framework.anakin.trainer import learner_parallel_programs
-    from framework.core.compose import single_program
     from framework.core.devices import make_mesh
     from framework.core.evaluation import make_evaluate
 

@@ -20,8 +20,8 @@ from algorithms.common.networks import QNetwork  # noqa: E402
 from algorithms.common.targets import huber  # noqa: E402
 from algorithms.common.transition import Transition  # noqa: E402
 from envs import make  # noqa: E402
+from framework.anakin.compose import single_program  # noqa: E402
 from framework.anakin.trainer import learner_parallel_programs  # noqa: E402
-from framework.core.compose import single_program  # noqa: E402
 from framework.core.config import TrainConfig  # noqa: E402
 from framework.core.devices import (  # noqa: E402
     DEVICE_AXIS,

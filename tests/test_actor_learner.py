@@ -9,8 +9,8 @@ from algorithms.apex import ApexConfig, make_apex
 from algorithms.common.networks import select_tree
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
+from framework.anakin.compose import single_program
 from framework.core.algorithm import ActorStep
-from framework.core.compose import single_program
 from framework.core.devices import DEVICE_AXIS
 from framework.core.env import EpisodeStatistics
 from framework.core.keys import rollout_draws
@@ -26,7 +26,7 @@ def on_one_device(fn):
         *jax.tree.map(lambda x: x[None], args)))
 
 
-def by_parts(algorithm, env, env_params, state, steps: int):
+def by_parts(algorithm, env, env_params, state, steps: int, learning_starts: int):
     """The update rebuilt here from the parts, a Python loop: `steps` vector steps of the actor (each env acts with
     its actor state, the key of its column), one insert, one learn round kept once enough items are in."""
     parts = algorithm.actor_learner
@@ -38,24 +38,25 @@ def by_parts(algorithm, env, env_params, state, steps: int):
     params = state.actor_params
     obs, env_state, recorder, env_steps = state.obs, state.env_state, state.recorder, state.env_steps
     start, actor_state = state.start, state.actor_state
-    items, priorities = [], []
+    items = []
     for t in range(steps):
-        actions, next_actor_state = act(params, actor_state, obs, start, act_keys[t])
+        actions, next_actor_state, extras = act(params, actor_state, obs, start, act_keys[t])
         next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys[t], env_state, actions,
                                                                              env_params)
-        step = ActorStep(obs, actions, reward, terminated, truncated, info["final_observation"],
+        step = ActorStep(obs, actions, actions, extras, reward, terminated, truncated, info["final_observation"],
                          acted=jnp.ones(parts.num_envs, bool), start=start,
                          fresh=jnp.full(parts.num_envs, False), actor_state=actor_state)
-        recorder, item, priority = parts.observe(params, recorder, step)
+        recorder, item = parts.observe(params, recorder, step)
         items.append(item)
-        priorities.append(priority)
         obs, start, actor_state = next_obs, terminated | truncated, next_actor_state
         env_steps = env_steps + parts.num_envs
     stack = lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
-    inserted = parts.insert(state.learner, stack(items), None if priorities[0] is None else stack(priorities))
+    inserted = parts.insert(state.learner, stack(items))
     learned, _ = parts.learn(inserted, learn_key, env_steps)
-    ready = env_steps // (parts.num_envs * steps) * parts.block_items >= parts.learning_starts
-    return select_tree(ready, learned, inserted), (obs, recorder, actor_state, start, env_steps, key)
+    ready = parts.ready(inserted)
+    # what the learner's readiness should be: its replay holds learning_starts items, and a batch
+    enough = env_steps // (parts.num_envs * steps) * parts.block_units >= learning_starts
+    return select_tree(ready, learned, inserted), (obs, recorder, actor_state, start, env_steps, key), (ready, enough)
 
 
 def assert_trees_equal(actual, expected):
@@ -68,10 +69,12 @@ def assert_trees_equal(actual, expected):
 def test_update_equals_actor_part_then_learner_part(name):
     env, env_params = make("cartpole")
     if name == "dqn":
-        algorithm, steps = make_dqn(DQN, env, env_params), DQN.train_every // DQN.num_envs
+        config, steps = DQN, DQN.train_every // DQN.num_envs
+        algorithm = make_dqn(DQN, env, env_params)
         run = lambda fn: jax.jit(fn)
     else:
-        algorithm, steps = make_apex(APEX, env, env_params), APEX.rollout_length
+        config, steps = APEX, APEX.rollout_length
+        algorithm = make_apex(APEX, env, env_params)
         run = lambda fn: jax.jit(on_one_device(fn))
     algorithm = single_program(algorithm, env, env_params)
     update = run(algorithm.update)
@@ -80,7 +83,10 @@ def test_update_equals_actor_part_then_learner_part(name):
         state, _ = update(state)
     expected, metrics = update(state)
     assert np.isfinite(metrics["train/loss"])
-    learner, rest = run(lambda state: by_parts(algorithm, env, env_params, state, steps))(state)
+    learning_starts = max(config.learning_starts, config.batch_size)
+    learner, rest, (ready, enough) = run(lambda state: by_parts(algorithm, env, env_params, state, steps,
+                                                                learning_starts))(state)
+    assert bool(ready) and bool(enough)
     assert_trees_equal(learner, expected.learner)
     assert_trees_equal(rest, (expected.obs, expected.recorder, expected.actor_state, expected.start,
                               expected.env_steps, expected.key))

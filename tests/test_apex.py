@@ -14,8 +14,8 @@ from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import QNetwork
 from algorithms.common.transition import Transition
 from envs import make
+from framework.anakin.compose import single_program
 from framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
-from framework.core.compose import single_program
 from framework.core.devices import make_mesh
 from framework.core.errors import ConfigError
 from framework.core.evaluation import make_evaluate

@@ -131,7 +131,7 @@ def test_each_actor_explores_with_its_rung_of_the_ladder_and_stays_inside_the_bo
     act = jax.jit(jax.vmap(jax.vmap(parts.act, in_axes=(None, 0, 0, 0, 0)), in_axes=(None, None, None, None, 0)))
     states = jax.vmap(parts.actor_init, in_axes=(0, None))(jnp.arange(8, dtype=jnp.int32), jnp.int32(0))
     keys = jax.random.split(jax.random.key(2), (draws, 8))
-    actions, _ = act(params, states, obs, jnp.ones(8, bool), keys)
+    actions, _, _ = act(params, states, obs, jnp.ones(8, bool), keys)
     actions = np.asarray(actions)[..., 0]  # [draws, 8 envs]: torques in [-2, 2]
     assert actions.dtype == np.float32 and actions.min() >= -2.0 and actions.max() <= 2.0
     greedy = np.asarray(jax.vmap(algorithm.act, in_axes=(None, None, 0, None, None))(
@@ -142,7 +142,7 @@ def test_each_actor_explores_with_its_rung_of_the_ladder_and_stays_inside_the_bo
     np.testing.assert_allclose(spread, expected, rtol=0.05)
     loud = validated(compose_config(*PENDULUM, "algo.sigma_max=50", "algo.sigma_min=50"))
     _, _, wild = build(loud)
-    wild_actions, _ = jax.vmap(wild.actor_learner.act, in_axes=(None, 0, 0, 0, 0))(
+    wild_actions, _, _ = jax.vmap(wild.actor_learner.act, in_axes=(None, 0, 0, 0, 0))(
         params, states, obs, jnp.ones(8, bool), jax.random.split(jax.random.key(3), 8))
     assert set(np.unique(np.abs(np.asarray(wild_actions)))) <= {2.0}  # clipped to the bounds, never past them
 
@@ -217,9 +217,9 @@ def test_actor_priorities_are_the_plain_critics_td_error_by_hand():
     action = jnp.full((8, 1), 1.5)
     next_obs = obs[::-1]
     from framework.core.algorithm import ActorStep
-    step = ActorStep(obs, action, jnp.arange(8.0), jnp.zeros(8, bool), jnp.zeros(8, bool), next_obs,
+    step = ActorStep(obs, action, action, (), jnp.arange(8.0), jnp.zeros(8, bool), jnp.zeros(8, bool), next_obs,
                      jnp.ones(8, bool), jnp.zeros(8, bool), jnp.zeros(8, bool), None)
-    _, items, priorities = parts.observe(params, parts.record_init(obs), step)
+    _, (items, priorities) = parts.observe(params, parts.record_init(obs), step)
     policy_net = algorithm_networks(train)
     q = policy_net["critic"].apply(params.critic, obs, action / 2.0)[:, 0]
     next_q = policy_net["critic"].apply(params.critic, next_obs, policy_net["policy"].apply(params.policy,

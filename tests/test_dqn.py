@@ -11,7 +11,7 @@ from algorithms.common.targets import td_errors
 from algorithms.common.transition import Transition
 from algorithms.dqn import DQNConfig, make_dqn
 from envs import make
-from framework.core.compose import single_program
+from framework.anakin.compose import single_program
 from framework.core.errors import ConfigError
 from framework.core.keys import rollout_draws
 

@@ -31,7 +31,7 @@ def assert_ends_solved(summary: dict) -> None:
     assert all(final >= TARGET for final in finals(summary)), finals(summary)
 
 
-@pytest.mark.parametrize("algo", ["dqn", "apex"])
+@pytest.mark.parametrize("algo", ["dqn", "apex", "ppo"])
 def test_the_default_cartpole_run_ends_solved_on_two_seeds(tmp_path, algo):
     assert_ends_solved(run_summary(tmp_path, f"algo={algo}", "env=cartpole", "num_seeds=2", f"seed={SEED_BASE}"))
 

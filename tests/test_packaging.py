@@ -89,4 +89,4 @@ def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):
     assert "python -m framework.tools.evaluate here" in result.stdout
     help_text = subprocess.run([installed / "bin" / "lightspeed", "--help"], cwd=tmp_path, env=clean_env(),
                                capture_output=True, text=True, timeout=60).stdout
-    assert "algo: apex, d4pg, dqn, r2d2, tabular_q" in help_text and "lightspeed [group=option ...]" in help_text
+    assert "algo: apex, d4pg, dqn, ppo, r2d2, tabular_q" in help_text and "lightspeed [group=option ...]" in help_text

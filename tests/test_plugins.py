@@ -134,7 +134,7 @@ def test_unknown_names_list_the_known_ones():
     with pytest.raises(ConfigError, match="cartpole, .*gridworld"):  # other tests' plugin envs may sit between
         registry.lookup("env", "pong")
     with pytest.raises(ConfigError, match="tabular_q"):
-        registry.lookup("algo", "ppo")
+        registry.lookup("algo", "trpo")
 
 
 def test_envs_make_applies_and_checks_overrides():
@@ -273,7 +273,7 @@ def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_pa
     # algo and env by name: this process also holds the probes other test modules register
     for group in ("logger", "distributed", "sweep"):
         assert f"{group}: {', '.join(group_options(group))}" in lines, group
-    assert "algo: apex, d4pg, dqn, r2d2, rightward, tabular_q" in lines
+    assert "algo: apex, d4pg, dqn, ppo, r2d2, rightward, tabular_q" in lines
     assert "env: atari, cartpole, corridor, gridworld, gymnasium, gymnax, minatar" in lines
     assert "Chosen here: algo=apex env=cartpole logger=console distributed=auto." in result.stdout
     assert "--cfg job" in result.stdout and "Traceback" not in result.stderr

@@ -159,13 +159,13 @@ def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
 
 
 @pytest.mark.parametrize("algo_name, env_name", [("dqn", "cartpole"), ("apex", "cartpole"), ("dqn", "gridworld"),
-                                                 ("tabular_q", "gridworld")])
+                                                 ("tabular_q", "gridworld"), ("ppo", "cartpole")])
 def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     train_cfg = _fake_train_config(algo_name, env_name)
     env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
     from framework.run.policy import abstract_policy
 
-    template = abstract_policy(algorithm)
+    template = abstract_policy(algorithm, env, env_params)
     # random policies, not the initial ones: every array must survive the round trip exactly
     leaves, treedef = jax.tree.flatten(template)
     keys = jax.random.split(jax.random.key(1), len(leaves))
@@ -203,7 +203,8 @@ def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     _, _, small_algorithm = registry.build(small.env, small.algo)
     from framework.run.policy import abstract_policy
 
-    policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), abstract_policy(small_algorithm))
+    small_template = abstract_policy(small_algorithm, env, env_params)
+    policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), small_template)
     # arrays of [32, 32] saved beside a [64, 64] config
     save_policies(tmp_path, "final", policies, train_cfg, env, env_params, algorithm)
     with pytest.raises(ConfigError) as error:

@@ -98,6 +98,16 @@ def test_lockstep_on_two_nodes_equals_threads(outcomes):
     assert result["actors_left"] == 0
 
 
+def test_ppo_on_ray_actors_learns_every_block_once_within_its_policy_lag(outcomes):
+    """On-policy over the cluster, free running: 10 blocks, each learned by one round of 4 updates, acted with
+    parameters at most runtime.max_policy_lag=4 updates behind the learner's when it learned them."""
+    ppo = outcomes["lockstep"]["ppo"]
+    assert ppo["returncode"] == 0, ppo["output"]
+    runtime = ppo["summary"]["runtime"]
+    assert runtime["runtime/actor_nodes"] == 2 and runtime["runtime/learner_updates"] == 10 * 4
+    assert 0 <= runtime["runtime/policy_lag_max"] <= 4
+
+
 def test_a_driver_with_the_wrong_token_is_refused(outcomes):
     result = outcomes["wrong_token"]
     assert result["returncode"] == 2 and result["summary"] is None

@@ -31,6 +31,12 @@ D4PG_TWO_SEEDS = ("algo=d4pg", "env=gymnax", "env.id=Pendulum-v1", "num_seeds=2"
                   "log_every=1000", "eval_every=2000", "eval_episodes=2", "checkpoint.every=2000", "checkpoint.keep=2",
                   "algo.policy_hidden_sizes=[32]", "algo.critic_hidden_sizes=[32]", "algo.learning_starts=500")
 
+# on-policy with Box actions: the checkpoint holds the latest block, the observation and return statistics
+PPO_PENDULUM = ("algo=ppo", "env=gymnax", "env.id=Pendulum-v1", "num_seeds=2", "total_env_steps=16384",
+                "log_every=2048", "eval_every=4096", "eval_episodes=2", "checkpoint.every=4096", "checkpoint.keep=2",
+                "algo.num_envs=4", "algo.rollout_length=64", "algo.hidden_sizes=[32]",
+                "algo.normalize_observations=true", "algo.scale_rewards=true")
+
 
 def with_values(overrides: tuple[str, ...], **values: str) -> tuple[str, ...]:
     """The overrides with some keys' values replaced (a dotted key's dots written as __)."""
@@ -43,7 +49,7 @@ def with_values(overrides: tuple[str, ...], **values: str) -> tuple[str, ...]:
 DQN_BIG_REPLAY = (*with_values(DQN_TWO_SEEDS, total_env_steps="24000", checkpoint__every="4000"),
                   "algo.buffer_size=1000000")
 RUNS = {"dqn": (DQN_TWO_SEEDS, {}), "apex_two_devices": (APEX_TWO_DEVICES, TWO_DEVICES), "r2d2": (R2D2_TWO_SEEDS, {}),
-        "d4pg": (D4PG_TWO_SEEDS, {}), "dqn_big_replay": (DQN_BIG_REPLAY, {})}
+        "d4pg": (D4PG_TWO_SEEDS, {}), "dqn_big_replay": (DQN_BIG_REPLAY, {}), "ppo": (PPO_PENDULUM, {})}
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +110,10 @@ def _kill_after_first_checkpoint(run_dir, overrides, env):
 
 # DQN's, R2D2's and D4PG's are slow-marked (25-40 s each): Ape-X's on two devices covers the resume path in CI (and
 # the Ctrl-C test below resumes DQN bit-identically); R2D2's adds its recurrent state, D4PG's two networks and float
-# actions
+# actions; PPO's (in CI) the on-policy learner, its Gaussian policy and running statistics
 @pytest.mark.parametrize("name", [pytest.param("dqn", marks=pytest.mark.slow), "apex_two_devices",
                                   pytest.param("r2d2", marks=pytest.mark.slow),
-                                  pytest.param("d4pg", marks=pytest.mark.slow)])
+                                  pytest.param("d4pg", marks=pytest.mark.slow), "ppo"])
 def test_sigkill_then_resume_is_bit_identical(tmp_path, name, uninterrupted):
     overrides, env = RUNS[name]
     uninterrupted, interrupted = uninterrupted(name), tmp_path / "interrupted"

@@ -32,8 +32,9 @@ against the framework's contracts only and registered by entry points.
                     trained by REINFORCE on each block (returns cut at the block's end). The first `warmup`
                     steps of an episode follow a script (action = step % actions). The actor state (h and the
                     step counter) is zeroed by `act` where `start` says an episode begins.
-    toy_gaussian    a linear policy squashed by tanh into the action bounds, Gaussian noise before the squash with
-                    a ladder of sigmas over a seed's envs (env i of n: sigma_max .. sigma_min), REINFORCE on each
+    toy_gaussian    A2C: a linear policy squashed by tanh into the action bounds, Gaussian noise before the squash
+                    with a ladder of sigmas over a seed's envs (env i of n: sigma_max .. sigma_min), and a linear
+                    critic whose value of the next observation bootstraps the block's returns; learned once on each
                     block; evaluation acts with the mean.
     reach           a point in [-1, 1]^2 moved by a Box(-1, 1, (2,)) action towards a target; reward -distance.
 
@@ -82,6 +83,20 @@ def returns_to_go(reward, done, discount: float):
     return values
 
 
+def bootstrapped_returns(reward, terminated, done, next_value, discount: float):
+    """A2C's returns within a block [T, N]: each step's reward plus the discounted return after it, which is the
+    critic's value of the next observation where the episode was cut (a truncation, the block's end) and 0 where
+    it terminated."""
+    def back(following, step):
+        r, term, d, v_next = step
+        after = jnp.where(d, v_next, following) * (1.0 - term.astype(jnp.float32))
+        value = r + discount * after
+        return value, value
+    # the block's last step continues into the next block: it bootstraps from its next value too
+    _, values = jax.lax.scan(back, next_value[-1], (reward, terminated, done, next_value), reverse=True)
+    return values
+
+
 def advantages(returns, mask):
     """Returns standardized over the items that learn (0 elsewhere)."""
     mask = mask.astype(jnp.float32)
@@ -101,13 +116,14 @@ class BlockLearner(NamedTuple):
 
 def block_learner_parts(num_envs, block_steps, actor_init, act, record_init, observe, init_params, empty_block,
                         loss, learning_rate, trace_dir, traced_fields) -> ActorLearner:
-    """An on-policy learner over the latest block: one gradient step of `loss` per round."""
+    """An on-policy learner over the latest block (ActorLearner.on_policy: each block learned once, in order): one
+    gradient step of `loss` per round."""
     def learner_init(key, obs):
         param_key, tag_key = jax.random.split(key)
         return BlockLearner(init_params(param_key), empty_block(obs), jnp.int32(0), jnp.int32(0),
                             jax.random.bits(tag_key, (), jnp.uint32))
 
-    def insert(learner, items, priorities):
+    def insert(learner, items):
         trace(trace_dir, learner.tag, learner.blocks, {name: items[name] for name in traced_fields})
         return learner._replace(block=items, blocks=learner.blocks + 1)
 
@@ -116,12 +132,14 @@ def block_learner_parts(num_envs, block_steps, actor_init, act, record_init, obs
         params = jax.tree.map(lambda p, g: p - learning_rate * g, learner.params, grads)
         return learner._replace(params=params, updates=learner.updates + 1), {"train/loss": value}
 
-    block_items = num_envs * block_steps
+    block_units = num_envs * block_steps
     return ActorLearner(
-        num_envs=num_envs, block_steps=block_steps, block_items=block_items, learning_starts=block_items,
+        num_envs=num_envs, block_steps=block_steps, block_units=block_units,
         actor_init=actor_init, act=act, record_init=record_init, observe=observe,
-        learner_init=learner_init, insert=insert, learn=learn, updates_per_learn=1, samples_per_learn=block_items,
-        actor_params=lambda learner: learner.params, learner_steps=lambda learner: learner.updates, sync_period=1)
+        learner_init=learner_init, insert=insert, ready=lambda learner: learner.blocks > 0, learn=learn,
+        updates_per_learn=1, learn_units=block_units,
+        actor_params=lambda learner: learner.params, learner_steps=lambda learner: learner.updates, sync_period=1,
+        on_policy=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -178,18 +196,17 @@ def make_toy_recurrent(config, env, env_params):
         return Recurrent(jnp.zeros(hidden, jnp.float32), jnp.int32(0))
 
     def act(params, state, obs, start, key):
-        logits, _, state, count = recur(params, state, obs, start)
-        return scripted(count, jax.random.categorical(key, logits)), state
+        logits, features, next_state, count = recur(params, state, obs, start)
+        return scripted(count, jax.random.categorical(key, logits)), next_state, (features, count)
 
     def observe(params, steps_seen, step):
-        _, features, _, count = jax.vmap(recur, in_axes=(None, 0, 0, 0))(params, step.actor_state, step.obs,
-                                                                          step.start)
+        features, count = step.extras  # what act computed: nothing is recomputed here
         items = {"features": features, "action": step.action.astype(jnp.int32), "reward": step.reward,
                  "done": step.terminated | step.truncated, "learns": step.acted & (count >= config.warmup),
                  # what the test reads: the counter `act` was given, the flags, the place in the stream
                  "count": step.actor_state.count, "start": step.start, "acted": step.acted, "fresh": step.fresh,
                  "t": jnp.full(step.start.shape, steps_seen)}
-        return steps_seen + 1, items, None
+        return steps_seen + 1, items
 
     def empty_block(obs):
         n, t = config.num_envs, config.block_steps
@@ -262,39 +279,49 @@ def make_toy_gaussian(config, env, env_params):
     size, obs_size = int(np.prod(space.shape)), int(np.prod(env.observation_shape))
 
     def init_params(key):
-        return {"W": 0.1 * jax.random.normal(key, (obs_size, size)), "b": jnp.zeros(size)}
+        return {"W": 0.1 * jax.random.normal(key, (obs_size, size)), "b": jnp.zeros(size),
+                "v": jnp.zeros(obs_size), "c": jnp.zeros(())}
 
     def mean(params, obs):
         return obs.reshape(-1).astype(jnp.float32) @ params["W"] + params["b"]
+
+    def value(params, obs):
+        return obs.reshape(-1).astype(jnp.float32) @ params["v"] + params["c"]
 
     def squash(u):
         return (center + half * jnp.tanh(u)).reshape(space.shape).astype(jnp.float32)
 
     def act(params, explorer, obs, start, key):
         u = mean(params, obs) + explorer.sigma * jax.random.normal(key, (size,))
-        return squash(u), explorer
+        return squash(u), explorer, u  # the pre-squash sample: its log-prob is what the loss reads
 
     def observe(params, steps_seen, step):
-        # the noise drawn, read back from the action (clipped off the bounds: tanh reaches them in float32)
-        unit = ((step.action.reshape(step.action.shape[0], -1) - center) / half).clip(-1 + 1e-6, 1 - 1e-6)
-        items = {"obs": step.obs.reshape(step.obs.shape[0], -1).astype(jnp.float32), "u": jnp.arctanh(unit),
+        items = {"obs": step.obs.reshape(step.obs.shape[0], -1).astype(jnp.float32), "u": step.extras,
+                 # the critic's value of the true next observation, under the acting parameters
+                 "next_value": jax.vmap(value, in_axes=(None, 0))(params, step.final_obs),
+                 "terminated": step.terminated,
                  "sigma": step.actor_state.sigma, "reward": step.reward, "done": step.terminated | step.truncated,
                  "acted": step.acted, "action": step.action.astype(jnp.float32), "index": step.actor_state.index,
                  "t": jnp.full(step.reward.shape, steps_seen)}
-        return steps_seen + 1, items, None
+        return steps_seen + 1, items
 
     def empty_block(obs):
         n, t = config.num_envs, config.block_steps
         return {"obs": jnp.zeros((t, n, obs_size)), "u": jnp.zeros((t, n, size)), "sigma": jnp.ones((t, n)),
+                "next_value": jnp.zeros((t, n)), "terminated": jnp.zeros((t, n), bool),
                 "reward": jnp.zeros((t, n)), "done": jnp.zeros((t, n), bool), "acted": jnp.zeros((t, n), bool),
                 "action": jnp.zeros((t, n, *space.shape)), "index": jnp.zeros((t, n), jnp.int32),
                 "t": jnp.zeros((t, n), jnp.int32)}
 
     def loss(params, block):
-        means = jax.vmap(jax.vmap(mean, in_axes=(None, 0)), in_axes=(None, 0))(params, block["obs"])
+        per_step = lambda fn: jax.vmap(jax.vmap(fn, in_axes=(None, 0)), in_axes=(None, 0))
+        means, values = per_step(mean)(params, block["obs"]), per_step(value)(params, block["obs"])
         logp = -0.5 * (((block["u"] - means) / block["sigma"][..., None]) ** 2).sum(-1)
-        adv = advantages(returns_to_go(block["reward"], block["done"], config.discount), block["acted"])
-        return -(adv * logp).sum() / jnp.maximum(block["acted"].sum(), 1)
+        returns = bootstrapped_returns(block["reward"], block["terminated"], block["done"], block["next_value"],
+                                       config.discount)
+        acted = block["acted"].astype(jnp.float32)
+        adv = jax.lax.stop_gradient(returns - values) * acted
+        return (-(adv * logp) + 0.5 * acted * (returns - values) ** 2).sum() / jnp.maximum(acted.sum(), 1)
 
     parts = block_learner_parts(
         config.num_envs, config.block_steps,

@@ -1,6 +1,6 @@
 """The DQN family as actor and learner parts: DQN (algorithms/dqn.py) and Ape-X (algorithms/apex.py) are two
 settings of this one module; the framework runs the parts in one program on JAX envs and in actor threads on host
-envs (framework/core/compose.py, framework/sebulba).
+envs (framework/anakin/compose.py, framework/sebulba).
 
     actor    each env acts epsilon-greedily with the epsilon its `Exploration` gives (a schedule over the seed's
              env steps, or its rung of a ladder), and pushes its steps through an n-step window into items,
@@ -21,7 +21,7 @@ from algorithms.common.networks import QNetwork, select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, clipped_adam
 from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import Record, Replay
+from algorithms.common.replays import Replay, ReplayItems, count_filled
 from algorithms.common.targets import td_errors
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Metrics
@@ -78,6 +78,7 @@ class QLearner:
     target_params: Any
     replay_state: Any
     updates: jax.Array  # learner updates so far (batches)
+    filled: jax.Array  # items inserted, counted up to the learning start
 
 
 def weighted_td_loss(params: Any, target_params: Any, batch: Transition, weights: jax.Array, network: QNetwork,
@@ -104,26 +105,27 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
     s = settings
     optimizer = clipped_adam(s.max_grad_norm)
     prioritized = s.prioritized
+    block_units, learning_starts = s.num_envs * s.block_steps, max(s.learning_starts, s.batch_size)
 
     # the actor part
     def actor_init(index: jax.Array, env_steps: jax.Array) -> ActorClock:
         return ActorClock(index, env_steps)
 
     def act(params: Any, clock: ActorClock, obs: jax.Array, start: jax.Array, key: jax.Array
-            ) -> tuple[jax.Array, ActorClock]:
+            ) -> tuple[jax.Array, ActorClock, tuple]:
         """Epsilon-greedy from one uniform (ties broken with it too); the clock moves by the seed's vector step."""
         epsilon = exploration.epsilon(clock.index, clock.env_steps)
         action = epsilon_greedy(network.apply(params, obs), epsilon, jax.random.uniform(key))
-        return action, clock._replace(env_steps=clock.env_steps + s.num_envs)
+        return action, clock._replace(env_steps=clock.env_steps + s.num_envs), ()
 
-    def observe(params: Any, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, Record, Optional[jax.Array]]:
+    def observe(params: Any, window: NStepWindow, step: ActorStep) -> tuple[NStepWindow, ReplayItems]:
         """Push the step into every env's window; the item that starts at each window's oldest step."""
         window = push(window, {"obs": step.obs, "action": step.action, "reward": step.reward,
                                "terminated": step.terminated, "truncated": step.truncated,
                                "next_obs": step.final_obs, "acted": step.acted}, s.n_step)
         items = oldest_transition(window, s.discount)
         priorities = None if prioritized is None else actor_priorities(params, items, network, s.double_q)
-        return window, replay.record(items, step._asdict()), priorities
+        return window, ReplayItems(replay.record(items, step._asdict()), priorities)
 
     def actor_metrics(clocks: ActorClock, returns: jax.Array) -> Metrics:
         return exploration.metrics(jax.vmap(exploration.epsilon)(clocks.index, clocks.env_steps), returns)
@@ -132,10 +134,11 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
     def learner_init(key: jax.Array, obs: jax.Array) -> QLearner:
         params = network.init(key, obs)
         return QLearner(TrainState.create(apply_fn=network.apply, params=params, tx=optimizer), params,
-                        replay.init(obs), jnp.int32(0))
+                        replay.init(obs), jnp.int32(0), jnp.int32(0))
 
-    def insert(learner: QLearner, items: Record, priorities: Optional[jax.Array]) -> QLearner:
-        return learner.replace(replay_state=replay.add(learner.replay_state, items, priorities))
+    def insert(learner: QLearner, items: ReplayItems) -> QLearner:
+        return learner.replace(replay_state=replay.add(learner.replay_state, items.record, items.priority),
+                               filled=count_filled(learner.filled, block_units, learning_starts))
 
     def learn(learner: QLearner, key: jax.Array, env_steps: jax.Array) -> tuple[QLearner, Metrics]:
         """A round of `updates_per_learn` batches. Only the sum tree (prioritised) goes through the loop: the
@@ -181,18 +184,18 @@ def dqn_family_parts(settings: FamilySettings, network: QNetwork, replay: Replay
             metrics.update({"train/beta": annealed_beta(prioritized, updates),
                             "replay/is_weight_min": stats["is_weight_min"].min(),
                             "replay/is_weight_mean": stats["is_weight_mean"].mean()})
-        return QLearner(train_state, target_params, with_tree(tree), updates), metrics
+        return QLearner(train_state, target_params, with_tree(tree), updates, learner.filled), metrics
 
     def learner_metrics(learner: QLearner) -> Metrics:
         """Mean and max raw priority |delta| over the stored items (a pass over every leaf: once per chunk)."""
         return priority_metrics(replay.stored_priorities(learner.replay_state))
 
     return ActorLearner(
-        num_envs=s.num_envs, block_steps=s.block_steps, block_items=s.num_envs * s.block_steps,
-        learning_starts=max(s.learning_starts, s.batch_size),
+        num_envs=s.num_envs, block_steps=s.block_steps, block_units=block_units,
         actor_init=actor_init, act=act, record_init=lambda obs: empty_window(obs, s.n_step, host=True),
-        observe=observe, learner_init=learner_init, insert=insert, learn=learn,
-        updates_per_learn=s.updates_per_learn, samples_per_learn=s.updates_per_learn * s.batch_size,
+        observe=observe, learner_init=learner_init, insert=insert,
+        ready=lambda learner: learner.filled >= learning_starts, learn=learn,
+        updates_per_learn=s.updates_per_learn, learn_units=s.updates_per_learn * s.batch_size,
         actor_params=lambda learner: learner.train_state.params, learner_steps=lambda learner: learner.updates,
         sync_period=s.sync_period, actor_metrics=actor_metrics,
         learner_metrics=None if replay.stored_priorities is None else learner_metrics)

@@ -24,6 +24,18 @@ FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "star
 Record = Transition | FrameStep  # what an actor sends the replay: its n-step items, or a frame replay's steps
 
 
+class ReplayItems(NamedTuple):
+    """What an actor's `observe` hands the learner for one vector step: its records and their initial priorities."""
+
+    record: Record
+    priority: Optional[jax.Array]  # [num_envs]; None: uniform replay
+
+
+def count_filled(filled: jax.Array, added: int, learning_starts: int) -> jax.Array:
+    """Items inserted so far, counted up to `learning_starts` (all a learner's `ready` reads; it cannot overflow)."""
+    return jax.numpy.minimum(filled + added, learning_starts)
+
+
 class Replay(NamedTuple):
     init: Callable[[jax.Array], Any]  # the actors' first observations [num_envs, ...] -> an empty replay
     record: Callable[[Transition, dict], Record]  # (the window's n-step items, the host step) -> what an actor sends

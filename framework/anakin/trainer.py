@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from omegaconf import DictConfig
 
+from framework.anakin.compose import composed
 from framework.core import registry
 from framework.core.algorithm import Algorithm, check_outputs
 from framework.core.config import TrainConfig, chunk_updates
@@ -120,8 +121,10 @@ def per_seed(values: np.ndarray, learners: bool) -> np.ndarray:
 
 
 def build(train: TrainConfig) -> tuple[Any, Any, Algorithm]:
-    """The env and algorithm selected by a validated config (may raise ConfigError)."""
-    return registry.build(train.env, train.algo)
+    """The env and algorithm selected by a validated config (may raise ConfigError), an algorithm written as parts
+    composed into its single program where the env is a JAX one."""
+    env, env_params, algorithm = registry.build(train.env, train.algo)
+    return env, env_params, composed(train.algo.name, algorithm, env, env_params)
 
 
 def non_finite_seeds(metrics: dict, algorithm: Algorithm, learners: bool) -> list[tuple[str, int]]:
@@ -274,6 +277,7 @@ def train_single_program(train_cfg: TrainConfig, cfg: DictConfig, env: Any, env_
 
     Under several processes every process runs the same loop on its devices; the first one alone writes.
     """
+    algorithm = composed(train_cfg.algo.name, algorithm, env, env_params)
     writer = is_writer()
     checkpointer = open_run_dir(train_cfg, cfg, run_dir)
     run, state = compile_run(train_cfg, env, env_params, algorithm, run_dir,

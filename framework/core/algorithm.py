@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from framework.core.devices import DEVICE_AXIS
 from framework.core.errors import PluginError
 
 Metrics = dict[str, jax.Array]
@@ -32,7 +33,9 @@ class ActorStep(NamedTuple):
     """One vector step of the envs an actor steps, as `observe` takes it: every field [num_envs, ...]."""
 
     obs: jax.Array  # the observations acted on
-    action: jax.Array  # the actions taken
+    action: jax.Array  # the actions the envs took (a Box action clipped to the space's bounds)
+    raw_action: jax.Array  # the actions `act` returned, before clipping: a Gaussian sample's log-prob is of these
+    extras: Any  # what `act` handed over with its actions (a log-prob, a value, Q-values); () when nothing
     reward: jax.Array
     terminated: jax.Array  # the episode ended: no bootstrap
     truncated: jax.Array  # the episode was cut (a time limit): bootstrap from final_obs
@@ -46,7 +49,7 @@ class ActorStep(NamedTuple):
 class ActorLearner(NamedTuple):
     """An algorithm in an actor part and a learner part. The actor threads of framework/sebulba step host envs
     between them; for a JAX env the framework builds the single program's `init` and `update` from the same
-    parts (framework/core/compose.py), so an algorithm written as parts runs in both shapes.
+    parts (framework/anakin/compose.py), so an algorithm written as parts runs in both shapes.
 
     `actor_init` and `act` are one env's (the framework vmaps them over envs and seeds): exploration is the
     algorithm's business (an epsilon ladder, Gaussian noise, none) and a recurrent state lives in the actor
@@ -55,22 +58,27 @@ class ActorLearner(NamedTuple):
 
     num_envs: int  # the envs of one seed
     block_steps: int  # vector steps of every env in one block of experience (the single program's rollout)
-    block_items: int  # replay items one block of a seed inserts (transitions, or sequences): the limiter's unit
-    learning_starts: int  # items of a seed in replay before its first learner round
+    # what one block of a seed hands the learner, counted in the rate limiter's unit (replay transitions, sequences)
+    block_units: int
     # actor
     actor_init: Callable[[jax.Array, jax.Array], Any]  # (env index in its seed [], seed's env steps []) -> state
-    act: Callable[..., tuple[jax.Array, Any]]  # (params, actor state, obs, start, key) -> (action, actor state)
+    # (params, actor state, obs, start, key) -> (action, actor state, extras): extras reach `observe` in the step
+    act: Callable[..., tuple[jax.Array, Any, Any]]
     record_init: Callable[[jax.Array], Any]  # obs [num_envs, ...] -> recorder state (e.g. n-step windows)
-    observe: Callable[..., tuple[Any, Any, Any]]  # (params, recorder state, ActorStep) -> (state, items, priorities)
+    observe: Callable[..., tuple[Any, Any]]  # (params, recorder state, ActorStep) -> (recorder state, items)
     # learner
     learner_init: Callable[[jax.Array, jax.Array], Any]  # (key, obs [num_envs, ...]) -> learner state
-    insert: Callable[..., Any]  # (learner state, items [T, N, ...], priorities [T, N] or None) -> learner state
+    # (learner state, items [T, N, ...]) -> learner state; the items carry all the learner keeps (priorities too)
+    insert: Callable[..., Any]
+    # learner state -> bool []: whether `learn` may run (e.g. flashbax's can_sample: replay holds enough); until it
+    # is, a round leaves the inserted state as it is
+    ready: Callable[[Any], jax.Array]
     # (learner state, key, env steps) -> (learner state, metrics): a round. Return the replay's unchanged leaves
     # as they came in: until learning starts the single program keeps the state before the round, and a leaf
     # returned as it came in needs no select (a select would copy the whole buffer at every update)
     learn: Callable[..., tuple[Any, Metrics]]
     updates_per_learn: int  # learner updates (batches) of one `learn` round
-    samples_per_learn: int  # items one `learn` round samples (batches x batch size): the rate limiter's unit
+    learn_units: int  # what one `learn` round consumes in the rate limiter's unit (batches x batch size)
     actor_params: Callable[[Any], Any]  # learner state -> the parameters actors act with and evaluation plays
     learner_steps: Callable[[Any], jax.Array]  # learner state -> its updates so far (the actors' sync clock)
     sync_period: int  # learner updates between two refreshes of the actors' parameters
@@ -78,13 +86,16 @@ class ActorLearner(NamedTuple):
     actor_metrics: Optional[Callable[[Any, jax.Array], Metrics]] = None
     # learner state -> metrics over big arrays (the replay), computed once per chunk, not after every update
     learner_metrics: Optional[Callable[[Any], Metrics]] = None
+    # True: on-policy, every block learned once, in order, by one round (`learn_units` == `block_units`), acted
+    # with parameters at most runtime.max_policy_lag learner updates older than the learner's when it learns it
+    on_policy: bool = False
 
 
 class Algorithm(NamedTuple):
     # key -> the training state of one seed; the trainer vmaps it over seeds.
     init: Optional[Callable[[jax.Array], Any]]
     # One training iteration (act, step the envs, learn); jittable, no host work. None (with `init` and
-    # `policy`): built by the framework from `actor_learner` and the JAX env (framework/core/compose.py).
+    # `policy`): built by the framework from `actor_learner` and the JAX env (framework/anakin/compose.py).
     update: Optional[Callable[[Any], tuple[Any, Metrics]]]
     # The part of a seed's state its greedy policy reads (network parameters, a Q-table): what
     # evaluation plays, what the best policy keeps and what a saved policy holds.
@@ -161,17 +172,21 @@ def check_fields(name: str, algorithm: Any) -> None:
     require(parts is None or isinstance(parts, ActorLearner), f"actor_learner={parts!r}",
             "None or a framework.core.algorithm.ActorLearner")
     if parts is not None:
-        for field in ("actor_init", "act", "record_init", "observe", "learner_init", "insert", "learn",
+        for field in ("actor_init", "act", "record_init", "observe", "learner_init", "insert", "ready", "learn",
                       "actor_params", "learner_steps"):
             require(callable(getattr(parts, field)), f"actor_learner.{field}={getattr(parts, field)!r}", "a function")
         require(takes(parts.act, 5), "actor_learner.act takes fewer than 5 arguments (the contract before this "
                 "release was act(params, obs [N, ...], epsilons, uniforms) -> actions [N])",
-                "act(params, actor_state, obs, start, key) -> (action, actor_state), one env's")
-        for field in ("num_envs", "block_steps", "block_items", "updates_per_learn", "samples_per_learn",
-                      "sync_period"):
+                "act(params, actor_state, obs, start, key) -> (action, actor_state, extras), one env's")
+        for field in ("num_envs", "block_steps", "block_units", "updates_per_learn", "learn_units", "sync_period"):
             value = getattr(parts, field)
             require(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1,
                     f"actor_learner.{field}={value!r}", "a positive integer (see the field's comment)")
+        require(isinstance(parts.on_policy, (bool, np.bool_)), f"actor_learner.on_policy={parts.on_policy!r}",
+                "True or False")
+        require(not parts.on_policy or parts.learn_units == parts.block_units,
+                f"actor_learner.on_policy=True with learn_units={parts.learn_units} and block_units="
+                f"{parts.block_units}", "learn_units equal to block_units: one learner round learns each block once")
     for field in ("save_artifacts", "state_metrics"):
         value = getattr(algorithm, field)
         require(value is None or callable(value), f"{field}={value!r}", "None or a function")
@@ -243,3 +258,58 @@ def check_actions(name: str, field: str, returned: Any, action_space: Any) -> No
             and jnp.issubdtype(action.dtype, jnp.floating)))
     if not ok:
         raise PluginError("algorithm", name, f"{field}(...) for one observation returned {returned!r}", wanted)
+
+
+def check_parts(name: str, parts: ActorLearner, observation: jax.ShapeDtypeStruct, action_space: Any) -> None:
+    """What an algorithm's actor and learner parts return, traced on one seed (nothing computed), in either shape
+    before it compiles: act's (action, actor state, extras), observe's (recorder, items), ready's bool, learn's
+    metrics; a PluginError naming the part otherwise. `observation`: one env's."""
+    def require(condition: bool, problem: str, allowed: str) -> None:
+        if not condition:
+            raise PluginError("algorithm", name, problem, allowed)
+
+    require(takes(parts.insert, 2) and not takes(parts.insert, 3),
+            "actor_learner.insert takes 3 arguments (the contract before this release was insert(learner, items, "
+            "priorities))", "insert(learner, items) -> learner: the items carry their priorities")
+    num_envs, abstract = parts.num_envs, lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype)
+    obs = abstract((num_envs, *observation.shape), observation.dtype)
+    flags = abstract((num_envs,), jnp.bool_)
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), num_envs))
+    # one learner on a device axis of size one: a parallel learner averages over it
+    on_axis = lambda fn: lambda *args: jax.tree.map(lambda x: x[0], jax.vmap(
+        fn, in_axes=None, axis_size=1, axis_name=DEVICE_AXIS)(*args))
+    traced = lambda fn, *args: jax.eval_shape(on_axis(fn), *args)
+
+    learner = traced(parts.learner_init, key, obs)
+    params = traced(parts.actor_params, learner)
+    actor_state = traced(jax.vmap(parts.actor_init, in_axes=(0, None)), abstract((num_envs,), jnp.int32),
+                         abstract((), jnp.int32))
+    acted = traced(jax.vmap(parts.act, in_axes=(None, 0, 0, 0, 0)), params, actor_state, obs, flags, keys)
+    require(isinstance(acted, tuple) and len(acted) == 3,
+            f"actor_learner.act returned {type(acted).__name__} of {len(acted) if isinstance(acted, tuple) else 1} "
+            "(the contract before this release returned (action, actor_state))",
+            "(action, actor_state, extras), one env's; extras () when it hands nothing to observe")
+    action, _, extras = acted
+    one_env = jax.tree.map(lambda x: abstract(x.shape[1:], x.dtype), (action, actor_state))
+    check_actions(name, "actor_learner.act", one_env, action_space)
+    rewards = abstract((num_envs,), jnp.float32)
+    step = ActorStep(obs, action, action, extras, rewards, flags, flags, obs, flags, flags, flags, actor_state)
+    recorder = traced(parts.record_init, obs)
+    observed = traced(parts.observe, params, recorder, step)
+    require(isinstance(observed, tuple) and len(observed) == 2,
+            f"actor_learner.observe returned {len(observed) if isinstance(observed, tuple) else 1} values (the "
+            "contract before this release returned (state, items, priorities))",
+            "(recorder state, items): the items carry their priorities")
+    block = jax.tree.map(lambda x: abstract((parts.block_steps, *x.shape), x.dtype), observed[1])
+    inserted = traced(parts.insert, learner, block)
+    ready = traced(parts.ready, inserted)
+    require(isinstance(ready, jax.ShapeDtypeStruct) and ready.shape == () and ready.dtype == jnp.bool_,
+            f"actor_learner.ready returned {ready!r}", "a bool [] per seed: whether learn may run")
+    learned = traced(parts.learn, inserted, key, abstract((), jnp.int32))
+    require(isinstance(learned, tuple) and len(learned) == 2 and isinstance(learned[1], dict)
+            and all(isinstance(value, jax.ShapeDtypeStruct) and value.shape == () for value in learned[1].values()),
+            f"actor_learner.learn returned {learned!r}", "(learner state, metrics): a flat dict of scalars")
+    require(jax.tree.structure(learned[0]) == jax.tree.structure(inserted),
+            "actor_learner.learn returned a learner state of another structure than it was given",
+            "the state it was given, updated")

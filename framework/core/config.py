@@ -82,6 +82,10 @@ class RuntimeConfig:
     samples_per_insert: Any = "auto"
     queue_blocks: int = 2  # blocks in flight per actor thread
     timeout_s: float = 60.0  # longest the run may not move (no block handed over, no grant) before it stops
+    # an on-policy algorithm's (PPO's) blocks, free mode: learner updates by which the parameters a block is acted
+    # with may trail the learner's when it learns the block. 0: synchronous (a block acted after the last was
+    # learned, as the single program); one round's updates (PPO: epochs x minibatches): acting overlaps learning
+    max_policy_lag: int = 0
 
     def validate(self) -> None:
         check_choice("runtime.mode", self.mode, RUNTIME_MODES)
@@ -91,6 +95,7 @@ class RuntimeConfig:
               "runtime.samples_per_insert", spi, "auto, null (free running) or a number > 0")
         check_positive_int("runtime.queue_blocks", self.queue_blocks)
         check_number("runtime.timeout_s", self.timeout_s, 0, low_inclusive=False)
+        check_positive_int("runtime.max_policy_lag", self.max_policy_lag, minimum=0)
 
 
 ACTOR_FLEETS = ("threads", "ray")

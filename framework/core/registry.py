@@ -12,7 +12,6 @@ from typing import Any, Callable, Optional
 import jax
 
 from framework.core.algorithm import check_fields
-from framework.core.compose import single_program
 from framework.core.errors import ConfigError, PluginError, check
 from framework.core.spaces import BOX, DISCRETE, Box, Discrete
 
@@ -184,6 +183,4 @@ def build(env_config: Any, algo_config: Any) -> tuple[Any, Any, Any]:
           f"algo={algo.name} cannot take its {kind} observations of shape {list(env.observation_shape)}")
     algorithm = algo.factory(algo_config, env, env_params)
     check_fields(algo.name, algorithm)
-    if algorithm.update is None and not entry.host:  # written as parts: the framework builds its single program
-        algorithm = single_program(algorithm, env, env_params)
     return env, env_params, algorithm

@@ -42,8 +42,9 @@ from framework.run.progress import print_line
 from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
 
 # the layout of what a checkpoint keeps beside the device state; 2: Progress, since framework/ was laid out by shape;
-# 3: the state of an algorithm written as parts (framework/core/compose.py), with actor states and keys in `act`
-PROGRESS_LAYOUT = 3
+# 3: the state of an algorithm written as parts (framework/anakin/compose.py), with actor states and keys in `act`;
+# 4: learners that say when they are ready (their state counts what filled them), the host limiter's start with them
+PROGRESS_LAYOUT = 4
 
 
 @dataclasses.dataclass

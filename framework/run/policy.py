@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ContextManager, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 from jax.sharding import Mesh, PartitionSpec
@@ -112,14 +113,17 @@ def rebuild(meta: dict) -> tuple[Any, Any, Algorithm]:
     return registry.build(env_config, algo_config)
 
 
-def abstract_policy(algorithm: Algorithm, env: Any = None) -> Any:
-    """Shapes and dtypes of one seed's policy, traced from `init` (a host env's: from the learner part's init),
-    nothing computed."""
-    if getattr(env, "host", False):
-        parts = algorithm.actor_learner
-        obs = jax.ShapeDtypeStruct((parts.num_envs, *env.observation_shape), env.observation_dtype)
-        return jax.eval_shape(lambda key, obs: parts.actor_params(parts.learner_init(key, obs)), jax.random.key(0), obs)
-    one_seed = lambda key: algorithm.policy(algorithm.init(key))
+def abstract_policy(algorithm: Algorithm, env: Any, env_params: Any = None) -> Any:
+    """Shapes and dtypes of one seed's policy, traced from `init` (an algorithm written as parts: from its learner
+    part's init), nothing computed."""
+    parts = algorithm.actor_learner
+    if algorithm.init is None:
+        one_obs = (jax.ShapeDtypeStruct(env.observation_shape, env.observation_dtype) if getattr(env, "host", False)
+                   else jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))[0])
+        obs = jax.ShapeDtypeStruct((parts.num_envs, *one_obs.shape), one_obs.dtype)
+        one_seed = lambda key: parts.actor_params(parts.learner_init(key, jnp.zeros(obs.shape, obs.dtype)))
+    else:
+        one_seed = lambda key: algorithm.policy(algorithm.init(key))
     if algorithm.parallel_learners:  # init reads its learner's index: trace it inside a one-device axis
         mesh = Mesh(np.array(jax.devices()[:1]), (DEVICE_AXIS,))
         one_seed = jax.shard_map(one_seed, mesh=mesh, in_specs=PartitionSpec(), out_specs=PartitionSpec(),
@@ -165,7 +169,7 @@ def load_policies(run_dir: Path, which: str = "final") -> SavedPolicies:
     saved = [read_policy(run_dir, seed, which) for seed in range(saved_seeds(run_dir, which))]
     meta = saved[0][1]
     env, env_params, algorithm = rebuild(meta)
-    template = abstract_policy(algorithm, env)
+    template = abstract_policy(algorithm, env, env_params)
     policies = [restore_arrays(template, arrays, policy_path(run_dir, seed, which))
                 for seed, (arrays, _) in enumerate(saved)]
     return SavedPolicies(jax.tree.map(lambda *leaves: np.stack(leaves), *policies), meta, env, env_params, algorithm)
@@ -225,7 +229,7 @@ def load_policy(run_dir: Path | str, seed_index: int = 0, which: str = "final",
     path = policy_path(Path(run_dir), seed_index, which)
     saved, meta = read_policy(Path(run_dir), seed_index, which)
     env, env_params, algorithm = rebuild(meta)
-    policy = restore_arrays(abstract_policy(algorithm, env), saved, path)
+    policy = restore_arrays(abstract_policy(algorithm, env, env_params), saved, path)
     if algorithm.population_policy:
         members = jax.tree.leaves(policy)[0].shape[0]
         agent_index = 0 if agent_index is None else agent_index

@@ -38,11 +38,12 @@ class HostPrograms(NamedTuple):
     next_round: Callable  # round keys [S] -> (the next round's, its actors' rollout keys, its learner's keys)
     round_keys: Callable  # (rollout keys [S], columns [n]) -> a round's act keys [S, T, n]
     first_actions: Callable  # (params, actor states, obs [S, n, ...], start [S, n], act keys, t) -> (actions,
-    #                           actor states)
+    #                           actor states, extras)
     record_and_act: Callable  # (acted with, params, recorders, ActorStep, next obs, actor states, start, keys, t) ->
-    #                            (recorders, items, priorities, actions, actor states): record a vector step, act on
-    #                            its next observations
-    insert: Callable  # (learner, every thread's items [S, T, n, ...], their priorities) -> learner (donated)
+    #                            (recorders, items, actions, actor states, extras): record a vector step, act on its
+    #                            next observations
+    insert: Callable  # (learner, every thread's items [S, T, n, ...]) -> learner (donated)
+    ready: Callable  # learner -> [S] bool: whether each seed's learner may learn
     learn: Callable  # (learner, keys [S], round, env steps [S]) -> (learner, metrics) (donated)
     snapshot: Callable  # learner -> a copy of the actors' parameters (the learner's next call donates its own)
     stack: Callable  # per-step trees [S, n, ...] -> one block [S, T, n, ...]
@@ -79,16 +80,15 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         """`observe` sees the parameters the step's actions were chosen with (None: `params`, which the next
         actions use: one copy of the parameters to pass, a call's cost on a host actor)."""
         observed_with = params if acted_with is None else acted_with
-        recorders, items, priorities = seeds(parts.observe)(observed_with, recorders, step)
-        actions, actor_states = act(params, actor_states, next_obs, start, keys, t)
-        return recorders, items, priorities, actions, actor_states
+        recorders, items = seeds(parts.observe)(observed_with, recorders, step)
+        actions, actor_states, extras = act(params, actor_states, next_obs, start, keys, t)
+        return recorders, items, actions, actor_states, extras
 
-    def insert(learner, thread_items, thread_priorities):
+    def insert(learner, thread_items):
         """One round: every thread's block, its columns joined back into env order, into replay (one call: the
         joins as eager ops held the learner thread's GIL ~4 ms a round)."""
         join = lambda blocks: jax.tree.map(lambda *parts: jnp.concatenate(parts, axis=2)[:, :, unshuffle], *blocks)
-        priorities = None if thread_priorities is None else join(thread_priorities)
-        return seeds(with_device_axis(parts.insert))(learner, join(thread_items), priorities)
+        return seeds(with_device_axis(parts.insert))(learner, join(thread_items))
 
     def round_keys(rollout_keys, columns):
         """The single program's act keys for a round (its env keys serve JAX envs only), this thread's columns."""
@@ -102,7 +102,7 @@ def host_programs(algorithm: Algorithm, columns: np.ndarray) -> HostPrograms:
         record_init=jax.jit(seeds(parts.record_init)),
         next_round=jax.jit(next_round_keys), round_keys=jax.jit(round_keys),
         first_actions=jax.jit(act), record_and_act=jax.jit(record_and_act, donate_argnums=2),
-        insert=jax.jit(insert, donate_argnums=0),
+        insert=jax.jit(insert, donate_argnums=0), ready=jax.jit(seeds(parts.ready)),
         learn=jax.jit(seeds(with_device_axis(parts.learn)), donate_argnums=0),
         snapshot=jax.jit(lambda learner: jax.tree.map(jnp.copy, seeds(parts.actor_params)(learner))),
         stack=jax.jit(lambda steps: jax.tree.map(lambda *step: jnp.stack(step, axis=1), *steps)))
@@ -168,8 +168,8 @@ class Actor:
         return x.reshape(self.num_seeds, self.width, *x.shape[1:])
 
     def block(self, env_steps: int, parameters: Callable[[], tuple[Any, int]], learner_version: Callable[[], int]
-              ) -> tuple[Any, Any]:
-        """`block_steps` vector steps from a seed's `env_steps`: items and priorities [S, T, n, ...].
+              ) -> Any:
+        """`block_steps` vector steps from a seed's `env_steps`: their items [S, T, n, ...].
         `parameters()` gives the (params, version) to act with, asked again after every step."""
         if self.actor_states is None:  # the first block: a resumed run's clock goes on from its env steps
             self.actor_states = self.programs.actor_init(self.columns, np.full(self.num_seeds, env_steps, np.int32))
@@ -177,9 +177,9 @@ class Actor:
         self.round_keys, rollout_keys, _ = self.programs.next_round(self.round_keys)
         keys = self.programs.round_keys(rollout_keys, self.columns)
         # the state `act` is given at the current observations (kept with the step), and the one it returned
-        next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs, self.started,
-                                                                keys, np.int32(0))
-        items, priorities = [], []
+        next_actions, next_states, next_extras = self.programs.first_actions(
+            params, self.actor_states, self.obs, self.started, keys, np.int32(0))
+        items = []
         space = self.env.action_space()
         for t in range(self.parts.block_steps):
             start = time.perf_counter()
@@ -193,10 +193,11 @@ class Actor:
                     if self.env.config.on_error != "restart" or attempt == MAX_RESTARTS_IN_A_ROW:
                         raise
                     self.restart_envs(error)  # and the step again, from the new envs' first observations
-                    next_actions, next_states = self.programs.first_actions(params, self.actor_states, self.obs,
-                                                                            self.started, keys, np.int32(t))
+                    next_actions, next_states, next_extras = self.programs.first_actions(
+                        params, self.actor_states, self.obs, self.started, keys, np.int32(t))
                     actions = clip_actions(space, np.asarray(next_actions))
-            transition = ActorStep(obs=self.obs, action=actions, reward=self.shaped(step.reward),
+            transition = ActorStep(obs=self.obs, action=actions, raw_action=next_actions, extras=next_extras,
+                                   reward=self.shaped(step.reward),
                                    terminated=self.shaped(step.terminated), truncated=self.shaped(step.truncated),
                                    final_obs=self.shaped(step.final_obs), acted=self.shaped(step.acted),
                                    start=self.started, fresh=np.full(self.started.shape, self.fresh),
@@ -209,14 +210,13 @@ class Actor:
             self.staleness.append(learner_version() - version)
             params, version = parameters()  # the newest for the next actions; the step is observed with its own
             observed_with = None if acted_with is params else acted_with  # None: the same, passed once
-            self.recorders, item, priority, next_actions, next_states = self.programs.record_and_act(
+            self.recorders, item, next_actions, next_states, next_extras = self.programs.record_and_act(
                 observed_with, params, self.recorders, transition, self.obs, self.actor_states, self.started, keys,
                 np.int32(t + 1))
             items.append(item)
-            priorities.append(priority)
             self.meter.busy += time.perf_counter() - start
             self.meter.count += 1
-        return self.programs.stack(items), None if priorities[0] is None else self.programs.stack(priorities)
+        return self.programs.stack(items)
 
     def prefetch(self, parameters: Callable[[], tuple[Any, int]]) -> None:
         """Nothing: a thread acts its block when asked (a Ray slot asks its process ahead)."""

@@ -129,6 +129,9 @@ class RateLimitExceeded(RuntimeError):
     """An insert beyond the limiter's bound: the caller inserted again before learning every granted round."""
 
 
+NOT_READY = 2**62  # a RateLimiter's min_inserts until start_sampling(): no insert count reaches it
+
+
 class RateLimiter(_Stoppable):
     """Reverb's SampleToInsertRatio, counting items (transitions inserted and transitions sampled) for the one
     learner thread, which inserts a round of blocks and then learns every round the limiter grants. Nothing
@@ -198,6 +201,12 @@ class RateLimiter(_Stoppable):
     def _counts(self) -> str:
         return (f"inserts={self.inserts}, samples={self.samples}, min_inserts={self.min_inserts}, "
                 f"samples_per_insert={self.samples_per_insert}, error_buffer={self.error_buffer}")
+
+    def start_sampling(self) -> None:
+        """Samples may be granted from now on, the ratio counted from the inserts so far (a learner that says when
+        it is ready starts the limiter with min_inserts=NOT_READY and calls this then)."""
+        with self._condition:
+            self.min_inserts = min(self.min_inserts, self.inserts)
 
     def insert(self, n: int) -> None:
         """Count n inserted items. Raises RateLimitExceeded (nothing counted) beyond the bound, RuntimeStopped."""
@@ -275,14 +284,29 @@ class ParameterStore(_Stoppable):
     def __init__(self, params: Any = None, version: int = -1):
         super().__init__()
         self._params, self._version = params, version
+        self.rounds = 0  # learner rounds done with when the newest parameters were published (on-policy pacing)
 
-    def publish(self, params: Any, version: int) -> bool:
-        """Make (params, version) the newest; an older or equal version than the stored one is ignored (False)."""
+    def publish(self, params: Any, version: int, rounds: Optional[int] = None) -> bool:
+        """Make (params, version) the newest, after `rounds` learner rounds; an older or equal version than the
+        stored one is ignored (False), though its rounds count."""
         with self._condition:
+            if rounds is not None:
+                self.rounds = max(self.rounds, rounds)
+                self._condition.notify_all()
             if version <= self._version:
                 return False
             self._params, self._version = params, version
             return True
+
+    def wait_for_rounds(self, rounds: int, timeout: Optional[float]) -> tuple[Any, int]:
+        """The newest (params, version) once the learner has published after `rounds` rounds: an on-policy actor
+        waits here so that its next block is acted with parameters at most its lag behind. Raises
+        RuntimeWaitTimeout after `timeout` s without the run moving, RuntimeStopped once stopped."""
+        with self._condition:
+            self._wait_until(lambda: self.rounds >= rounds, timeout, lambda waited: (
+                f"ParameterStore: an actor waited {waited:.1f} s for the parameters after learner round {rounds} "
+                f"(the learner is at round {self.rounds})"))
+            return self._params, self._version
 
     def latest(self) -> tuple[Any, int]:
         """The newest (params, version); (initial params, initial version) before any publish."""

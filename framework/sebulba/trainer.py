@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.algorithm import ActorLearner, Algorithm, Memory
+from framework.core.algorithm import ActorLearner, Algorithm, Memory, check_parts
 from framework.core.config import TrainConfig
 from framework.core.errors import HostRunError, check
 from framework.core.evaluation import HostEpisodesAct
@@ -34,7 +34,7 @@ from framework.run.progress import ProgressBar, print_line
 from framework.run.protocol import BestPolicies
 from framework.run.resources import GIB, check_fits
 from framework.sebulba.actor import Actor, Meter, column_order, first_round_keys, host_programs
-from framework.sebulba.runtime import BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
+from framework.sebulba.runtime import NOT_READY, BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
 
 
 def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:
@@ -49,13 +49,16 @@ def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name:
     key, slots = actor_slots(train)
     check(parts.num_envs % slots == 0, key, slots, f"a divisor of the {parts.num_envs} envs of a seed",
           "every actor owns as many env columns")
+    check(not parts.on_policy or train.runtime.samples_per_insert == "auto", "runtime.samples_per_insert",
+          train.runtime.samples_per_insert, "auto",
+          f"algo={algo_name} is on-policy: each block is learned exactly once, by one learner round")
 
 
 def samples_per_insert(train: TrainConfig, parts: ActorLearner) -> Optional[float]:
     """Learner samples per inserted item: the single program's ratio by default; None: free running."""
     spi = train.runtime.samples_per_insert
     if spi == "auto":
-        return parts.samples_per_learn / parts.block_items
+        return parts.learn_units / parts.block_units
     return None if spi is None else float(spi)
 
 
@@ -74,8 +77,9 @@ class HostCounters:
     rounds_learned: int  # learner rounds done
     learner_updates: int  # learner updates (batches) so far
     learns_since_insert: int  # learner rounds since the last insert: folded into the round's learner key
-    inserts: int  # the rate limiter's inserted items
-    samples: int  # the rate limiter's sampled items
+    inserts: int  # the rate limiter's inserted units
+    samples: int  # the rate limiter's sampled units
+    sampling_from: int = NOT_READY  # the rate limiter's inserts when the learner was first ready
 
 
 class Report(NamedTuple):
@@ -112,8 +116,9 @@ class HostRun:
             fits(jax.eval_shape(self.programs.learner_init, network_keys, obs))
         self.learner = self.programs.learner_init(network_keys, obs)
         # the bound must hold a whole round of samples and a whole round of inserts
-        error_buffer = max(parts.samples_per_learn, (self.spi or 0.0) * parts.block_items)
-        self.limiter = RateLimiter(self.spi, parts.learning_starts, error_buffer)
+        error_buffer = max(parts.learn_units, (self.spi or 0.0) * parts.block_units)
+        # no sample before the learner says it is ready (`ready`); the ratio counts from the inserts it was ready at
+        self.limiter = RateLimiter(self.spi, NOT_READY, error_buffer)
         self.store = ParameterStore()
         self.rounds_inserted = self.rounds_learned = self.learner_updates = 0
         self.learn_metrics: dict = {}
@@ -121,6 +126,9 @@ class HostRun:
         self.actor_metrics = None if parts.actor_metrics is None else jax.jit(jax.vmap(parts.actor_metrics))
         self.env_order = np.argsort(self.columns.reshape(-1))  # slots' columns one after another -> env order
         self.learner_meter = Meter()
+        # on-policy: rounds by which a block's parameters may trail the learner's; each block's measured lag
+        self.lag_rounds = train.runtime.max_policy_lag // parts.updates_per_learn
+        self.policy_lags: list[int] = []
         self.actors: list[Actor] = []  # or framework.sebulba.ray.actors.RaySlot, with the same contract
         self.fleet = None  # actors=ray: framework.sebulba.ray.actors.RayFleet
         self.first_round = self.first_updates = 0  # where this process started (a resumed run: its checkpoint)
@@ -133,7 +141,8 @@ class HostRun:
     def counters(self) -> HostCounters:
         return HostCounters(rounds_inserted=self.rounds_inserted, rounds_learned=self.rounds_learned,
                             learner_updates=self.learner_updates, learns_since_insert=self.learns_since_insert,
-                            inserts=self.limiter.inserts, samples=self.limiter.samples)
+                            inserts=self.limiter.inserts, samples=self.limiter.samples,
+                            sampling_from=self.limiter.min_inserts)
 
     def restore(self, state: dict, counters: HostCounters) -> None:
         """A checkpoint's learner, replay and counters; blocks that were in flight when it was taken are gone."""
@@ -141,6 +150,7 @@ class HostRun:
         self.rounds_inserted, self.rounds_learned = counters.rounds_inserted, counters.rounds_learned
         self.learner_updates, self.learns_since_insert = counters.learner_updates, counters.learns_since_insert
         self.limiter.inserts, self.limiter.samples = counters.inserts, counters.samples
+        self.limiter.min_inserts = counters.sampling_from
 
     def start_actors(self) -> None:
         """Every thread's envs, reset from the run's seed and the env step it starts at (so a resumed run
@@ -158,14 +168,16 @@ class HostRun:
         except BaseException:
             self.close()
             raise
-        self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
+        self.store.publish(self.programs.snapshot(self.learner), self.learner_updates, rounds=self.rounds_inserted)
 
     def start_ray_slots(self, seeds: list[int]) -> None:
         """actors=ray: the cluster, a Ray actor process per slot (started at once), each slot opened in its own."""
         from framework.sebulba.ray.actors import RayFleet, RaySlot
 
         self.fleet = RayFleet(self.train, self.timeout)
-        in_flight = 1 if self.train.runtime.mode == "lockstep" else self.train.ray.blocks_in_flight
+        # on-policy: a slot asks for its next block only once the parameters it must act with are out
+        in_flight = (1 if self.train.runtime.mode == "lockstep" or self.parts.on_policy
+                     else self.train.ray.blocks_in_flight)
         processes = self.fleet.start_processes(len(seeds))
         for k, (process, env_seed) in enumerate(zip(processes, seeds, strict=True)):
             self.actors.append(RaySlot(self.fleet, process, k, env_seed, self.round_keys, self.rounds_inserted,
@@ -174,11 +186,15 @@ class HostRun:
 
     # the learner side
 
-    def insert(self, blocks: list[tuple[Any, Any]]) -> None:
-        """One round: every thread's block (items, priorities or None) into replay."""
-        items, priorities = zip(*blocks, strict=True)
-        self.limiter.insert(self.parts.block_items)  # the algorithm's items
-        self.learner = self.programs.insert(self.learner, items, None if priorities[0] is None else priorities)
+    def insert(self, blocks: list[Any], versions: Optional[list[int]] = None) -> None:
+        """One round: every thread's block of items into the learner; sampling opens once it is ready. `versions`:
+        the parameter versions each block was acted with (on-policy: its lag is measured when it is learned)."""
+        if self.parts.on_policy and versions is not None:
+            self.policy_lags.append(self.learner_updates - min(versions))
+        self.limiter.insert(self.parts.block_units)  # the algorithm's units
+        self.learner = self.programs.insert(self.learner, blocks)
+        if self.limiter.min_inserts == NOT_READY and bool(np.all(self.programs.ready(self.learner))):
+            self.limiter.start_sampling()
         self.round_keys, _, self.learn_keys = self.programs.next_round(self.round_keys)
         self.learns_since_insert = 0
         self.rounds_inserted += 1
@@ -198,9 +214,18 @@ class HostRun:
         if self.learner_updates // self.parts.sync_period > before // self.parts.sync_period:
             self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
 
+    def round_done(self) -> None:
+        """On-policy: actors waiting to act the next block learn that this round is done (with parameters newer than
+        the published ones, if any)."""
+        if not self.parts.on_policy:
+            return
+        newer = self.store.version < self.learner_updates
+        self.store.publish(self.programs.snapshot(self.learner) if newer else None,
+                           self.learner_updates if newer else self.store.version, rounds=self.rounds_inserted)
+
     def learn_granted(self, blocks_ready: Callable[[], bool]) -> None:
         """Every round the limiter grants now; free running (no ratio), rounds until `blocks_ready()`."""
-        while self.limiter.try_sample(self.parts.samples_per_learn):
+        while self.limiter.try_sample(self.parts.learn_units):
             start = time.perf_counter()
             self.learn_round()
             self.learner_meter.busy += time.perf_counter() - start
@@ -245,13 +270,14 @@ class HostRun:
             while not last:
                 previous = self.rounds_inserted * self.round_env_steps
                 start = time.perf_counter()
-                blocks = [incoming.get(timeout=timeout) for incoming in queues]
+                blocks, versions = zip(*[incoming.get(timeout=timeout) for incoming in queues], strict=True)
                 self.learner_meter.waiting += time.perf_counter() - start
                 with stop.progress.busy():  # the learner's calls (their first compiles too) are the run moving
-                    self.insert(blocks)
+                    self.insert(list(blocks), list(versions))
                     # free running learns on until every thread's next block is in (after the last one: one round)
                     done = self.rounds_inserted == self.num_rounds
                     self.learn_granted(lambda done=done: done or all(incoming.qsize() for incoming in queues))
+                    self.round_done()
                 last = self.boundary_report(previous, reports, timeout)
         finally:  # normally every actor has handed over its last block; else the stop ends their waits
             for incoming in queues:
@@ -262,10 +288,19 @@ class HostRun:
                 thread.join(timeout)
 
     def act_freely(self, actor: Actor, out: BoundedQueue, timeout: float) -> None:
+        """Blocks into `out` with the parameter version each began with; on-policy, each acted with one version
+        throughout, at most `lag_rounds` learner rounds older than the learner's when it learns the block."""
         for round_index in range(self.first_round, self.num_rounds):
-            block = actor.block(round_index * self.round_env_steps, self.store.latest, lambda: self.store.version)
+            parameters = self.store.latest
+            if self.parts.on_policy:
+                start = time.perf_counter()
+                fixed = self.store.wait_for_rounds(round_index - self.lag_rounds, timeout)
+                actor.meter.waiting += time.perf_counter() - start
+                parameters = lambda fixed=fixed: fixed
+            version = parameters()[1]
+            block = actor.block(round_index * self.round_env_steps, parameters, lambda: self.store.version)
             start = time.perf_counter()
-            out.put(block, timeout=timeout)
+            out.put((block, version), timeout=timeout)
             actor.meter.waiting += time.perf_counter() - start
 
     def run_lockstep(self, reports: BoundedQueue, stop: StopSignal) -> None:
@@ -280,8 +315,9 @@ class HostRun:
                 actor.prefetch(acted_with)
             blocks = [actor.block(previous, acted_with, lambda: self.store.version) for actor in self.actors]
             with stop.progress.busy():
-                self.insert(blocks)
+                self.insert(blocks, [fixed[1]] * len(blocks))
                 self.learn_granted(lambda: True)
+                self.round_done()
             last = self.boundary_report(previous, reports, timeout)
 
     def runtime_metrics(self, seconds: float) -> dict:
@@ -297,6 +333,9 @@ class HostRun:
             "runtime/actor_wait_fraction": float(np.mean([actor.meter.wait_fraction() for actor in self.actors])),
             "runtime/learner_wait_fraction": self.learner_meter.wait_fraction(),
             "runtime/env_restarts": sum(actor.restarts for actor in self.actors),
+            **({} if not self.parts.on_policy else {
+                "runtime/policy_lag": float(np.mean(self.policy_lags[-1000:])) if self.policy_lags else 0.0,
+                "runtime/policy_lag_max": float(max(self.policy_lags, default=0))}),
             **({} if self.fleet is None else {"runtime/actor_restarts": self.fleet.actor_restarts,
                                                "runtime/blocks_dropped": self.fleet.blocks_dropped,
                                                "runtime/actor_processes": len(self.fleet.live),
@@ -422,6 +461,8 @@ def train_host(train: TrainConfig, cfg: Any, env: Any, algorithm: Algorithm, run
     restores the learner, its replay, the counters and the history, drops the blocks that were in flight and reseeds
     the envs from the seed and the env step: the run continues, but not bit-identically to one that never stopped."""
     check_host_run(train, algorithm.actor_learner, train.algo.name)
+    check_parts(train.algo.name, algorithm.actor_learner,
+                jax.ShapeDtypeStruct(env.observation_shape, env.observation_dtype), env.action_space())
     checkpointer = open_run_dir(train, cfg, run_dir)
     keep = train.checkpoint.keep if train.checkpoint.every else 0
     run = HostRun(train, env, algorithm, lambda abstract: check_and_describe_memory(

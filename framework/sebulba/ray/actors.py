@@ -38,8 +38,7 @@ CLOSE_SECONDS = 10.0  # for the actor processes to close their envs before they 
 class RayBlock(NamedTuple):
     """One block of a slot as its actor process returns it to the driver: host values only (Ray pickles it)."""
 
-    items: Any  # the block's records [S, T, n, ...], as an Actor's `block` returns them
-    priorities: Any  # their initial priorities [S, T, n], or None (uniform replay)
+    items: Any  # the block's items [S, T, n, ...] (with their priorities), as an Actor's `block` returns them
     episodes: list[list[float]]  # per seed, the returns of the episodes the block ended
     busy: float  # seconds the slot's Actor was busy with the block
     env_restarts: int  # envs the slot restarted during the block (env.on_error=restart)
@@ -83,15 +82,15 @@ class ActorProcess:
 
     def block(self, slot: int, env_steps: int, params: Any, version: int) -> RayBlock:
         """One block of `slot` acted with `params` (a host copy, put on this process's device once per version):
-        its items and priorities, the episodes it ended and the seconds it took, all as host values."""
+        its items, the episodes it ended and the seconds it took, all as host values."""
         if version != self.version:
             self.params, self.version = jax.device_put(params), version
         actor = self.slots[slot]
         ended_before = [len(returns) for returns in actor.finished]
         busy_before, env_restarts_before = actor.meter.busy, actor.restarts
         fixed = (self.params, self.version)
-        items, priorities = actor.block(env_steps, lambda: fixed, lambda: version)
-        return RayBlock(items=jax.device_get(items), priorities=jax.device_get(priorities),
+        items = actor.block(env_steps, lambda: fixed, lambda: version)
+        return RayBlock(items=jax.device_get(items),
                         episodes=[returns[start:] for returns, start in zip(actor.finished, ended_before, strict=True)],
                         busy=actor.meter.busy - busy_before, env_restarts=actor.restarts - env_restarts_before,
                         metric_inputs=actor.metric_inputs())
@@ -257,7 +256,7 @@ class RaySlot:
     prefetch = top_up  # lockstep asks every slot first, then waits for each: the processes act at once
 
     def block(self, env_steps: int, parameters: Callable[[], tuple[Any, int]], learner_version: Callable[[], int]
-              ) -> tuple[Any, Any]:
+              ) -> Any:
         """The block starting at a seed's `env_steps` (the next round this slot owes)."""
         assert env_steps == self.round * self.round_env_steps, (env_steps, self.round)
         while True:
@@ -278,7 +277,7 @@ class RaySlot:
         self.staleness.append(learner_version() - version)
         self.round += 1
         self.round_keys = self.next_round(self.round_keys)[0]
-        return result.items, result.priorities
+        return result.items
 
     def reopen(self, error: BaseException) -> None:
         """The slot's process died: drop its blocks in flight, and reopen the slot (reseeded) in a new process

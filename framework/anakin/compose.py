@@ -1,8 +1,9 @@
 """An algorithm written as an actor part and a learner part, run as one program with a JAX env between them.
 
-    update = act and step every env `block_steps` times (observe records each step) -> insert -> learn
+    update = act and step every env `block_steps` times (observe records each step) -> insert -> learn, once ready
 
-The framework builds `init`, `update` and `policy` from the parts (`single_program`), so an algorithm's
+The framework builds `init`, `update` and `policy` from the parts (`composed` checks what the parts return, then
+`single_program` builds them), so an algorithm's
 parts run in both shapes: here, and in framework/sebulba's actor threads, which step host envs between the
 same functions and draw the same keys (framework/core/keys.py).
 """
@@ -11,7 +12,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
+from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics, check_parts
 from framework.core.devices import device_index
 from framework.core.env import EpisodeStatistics
 from framework.core.keys import rollout_draws
@@ -34,7 +35,7 @@ class PartsState(NamedTuple):
 
 def items_inserted(parts: ActorLearner, env_steps: jax.Array) -> jax.Array:
     """Replay items a seed has inserted after `env_steps` env steps (one block's items per block)."""
-    return env_steps // (parts.num_envs * parts.block_steps) * parts.block_items
+    return env_steps // (parts.num_envs * parts.block_steps) * parts.block_units
 
 
 def after_round(ready: jax.Array, learned: Any, inserted: Any) -> Any:
@@ -69,26 +70,26 @@ def single_program(algorithm: Algorithm, env: Any, env_params: Any) -> Algorithm
         """Every env acts once and steps; `observe` records the step."""
         params, env_state, obs, start, actor_state, recorder, fresh = carry
         act_keys, env_keys = keys
-        actions, next_actor_state = act(params, actor_state, obs, start, act_keys)
-        actions = clip_actions(action_space, actions)
+        raw_actions, next_actor_state, extras = act(params, actor_state, obs, start, act_keys)
+        actions = clip_actions(action_space, raw_actions)
         next_obs, env_state, reward, terminated, truncated, info = step_envs(env_keys, env_state, actions, env_params)
-        step = ActorStep(obs, actions, reward, terminated, truncated, info["final_observation"],
+        step = ActorStep(obs, actions, raw_actions, extras, reward, terminated, truncated, info["final_observation"],
                          acted=jnp.ones(num_envs, bool), start=start, fresh=jnp.full(num_envs, fresh),
                          actor_state=actor_state)
-        recorder, items, priorities = parts.observe(params, recorder, step)
+        recorder, items = parts.observe(params, recorder, step)
         carry = (params, env_state, next_obs, terminated | truncated, next_actor_state, recorder, jnp.bool_(False))
-        return carry, (items, priorities, info["returned_episode_return"])
+        return carry, (items, info["returned_episode_return"])
 
     def update(state: PartsState) -> tuple[PartsState, Metrics]:
         key, rollout_key, learn_key = jax.random.split(state.key, 3)
         carry = (state.actor_params, state.env_state, state.obs, state.start, state.actor_state, state.recorder,
                  state.env_steps == 0)
-        (_, env_state, obs, start, actor_state, recorder, _), (items, priorities, returns) = jax.lax.scan(
+        (_, env_state, obs, start, actor_state, recorder, _), (items, returns) = jax.lax.scan(
             actor_step, carry, rollout_draws(rollout_key, steps, num_envs))
-        inserted = parts.insert(state.learner, items, priorities)
+        inserted = parts.insert(state.learner, items)
         env_steps = state.env_steps + num_envs * steps
         learned, learn_metrics = parts.learn(inserted, learn_key, env_steps)
-        ready = items_inserted(parts, env_steps) >= parts.learning_starts
+        ready = parts.ready(inserted)
         learner = after_round(ready, learned, inserted)
         updates = parts.learner_steps(learner)
         refresh = updates // parts.sync_period > parts.learner_steps(state.learner) // parts.sync_period
@@ -109,3 +110,13 @@ def single_program(algorithm: Algorithm, env: Any, env_params: Any) -> Algorithm
     return algorithm._replace(init=init, update=update, policy=lambda state: parts.actor_params(state.learner),
                               env_steps_per_update=num_envs * steps, state_metrics=state_metrics,
                               learner_steps=algorithm.learner_steps or "learner/updates")
+
+
+def composed(name: str, algorithm: Algorithm, env: Any, env_params: Any) -> Algorithm:
+    """An algorithm written as parts, its parts' outputs checked, with the single program's `init`, `update` and
+    `policy` built from them and the JAX env (framework/anakin/compose.py); one written as one program as it is."""
+    if algorithm.update is not None or getattr(env, "host", False):
+        return algorithm
+    observation = jax.eval_shape(lambda: env.reset_env(jax.random.key(0), env_params))[0]
+    check_parts(name, algorithm.actor_learner, observation, env.action_space(env_params))
+    return single_program(algorithm, env, env_params)

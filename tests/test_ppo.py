@@ -1,0 +1,120 @@
+"""PPO: GAE(lambda) against hand-computed advantages (a truncation bootstrapping from its final observation, a
+termination, a host engine's reset step), the log-probs and entropies against scipy, the clipped surrogate and value
+loss by hand, the running statistics against numpy, the raw (unclipped) Box sample kept for the log-prob, and an
+on-policy host run whose measured policy lag stays within runtime.max_policy_lag."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from conftest import compose_config, run_cli
+
+from algorithms.common.distributions import Categorical, DiagonalGaussian
+from algorithms.common.normalization import empty_stats, updated
+from algorithms.ppo import PPOExtras, PPOStep, clipped_surrogate, gae, value_errors
+from framework.anakin.trainer import build
+from framework.core.algorithm import ActorStep
+from framework.core.config import validated
+
+
+def block_of(**columns) -> PPOStep:
+    """A block [T, N] from per-env columns [N][T] of each field (the rest zeros, every step acted)."""
+    as_block = {name: jnp.asarray(np.asarray(values, np.float32).T) for name, values in columns.items()}
+    shape = next(iter(as_block.values())).shape
+    fields = {name: as_block.get(name, jnp.zeros(shape)) for name in ("value", "next_value", "reward", "terminated")}
+    return PPOStep(obs=jnp.zeros(shape), action=jnp.zeros(shape, jnp.int32), log_prob=jnp.zeros(shape),
+                   done=as_block.get("done", jnp.zeros(shape)).astype(bool),
+                   acted=as_block.get("acted", jnp.ones(shape)).astype(bool), discounted_return=(), raw_obs=(),
+                   **fields)
+
+
+def test_gae_is_the_hand_computed_recursion():
+    """gamma 0.5, lambda 0.5 (gamma x lambda = 0.25), rewards 1, values 0 except where given. Env 0 is truncated
+    at t=1 (its final observation worth 4) and cut at the block's end (the next observation worth 2); env 1 ends
+    at t=2 (a next value of 9 not bootstrapped); env 2 ends at t=1 and spends t=2 on its engine's reset."""
+    block = block_of(reward=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
+                     next_value=[[0, 4, 0, 2], [0, 0, 9, 0], [0, 0, 0, 0]],
+                     terminated=[[0, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
+                     done=[[0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
+                     acted=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
+                     value=[[0, 0, 0, 0], [0, 0, 0, 0.5], [0, 0, 0, 0]])
+    advantages, targets = gae(block, block.reward, 0.5, 0.5)
+    # env 0: deltas 1, 1 + 0.5 x 4, 1, 1 + 0.5 x 2; A3 = 2, A2 = 1 + 0.25 x 2, A1 = 3 (cut), A0 = 1 + 0.25 x 3
+    # env 1: deltas 1, 1, 1 (no bootstrap), 1 - 0.5; A3 = 0.5, A2 = 1 (cut), A1 = 1.25, A0 = 1.3125
+    # env 2: A3 = 1, A2 = 0 (reset step), A1 = 1 (cut), A0 = 1.25
+    expected = np.array([[1.75, 3.0, 1.5, 2.0], [1.3125, 1.25, 1.0, 0.5], [1.25, 1.0, 0.0, 1.0]]).T
+    np.testing.assert_allclose(advantages, expected, rtol=1e-6)
+    np.testing.assert_allclose(targets, expected + np.asarray(block.value), rtol=1e-6)
+
+
+def test_log_probs_and_entropies_are_scipys():
+    mean, log_std, action = np.array([0.3, -1.0]), np.array([-0.5, 0.2]), np.array([1.1, -0.4])
+    gaussian = DiagonalGaussian(jnp.asarray(mean), jnp.asarray(log_std))
+    np.testing.assert_allclose(gaussian.log_prob(jnp.asarray(action)),
+                               scipy.stats.norm.logpdf(action, mean, np.exp(log_std)).sum(), rtol=1e-5)
+    np.testing.assert_allclose(gaussian.entropy(), scipy.stats.norm.entropy(mean, np.exp(log_std)).sum(), rtol=1e-5)
+    logits = np.array([0.5, -1.0, 2.0])
+    probabilities = np.exp(logits) / np.exp(logits).sum()
+    categorical = Categorical(jnp.asarray(logits))
+    np.testing.assert_allclose(categorical.log_prob(jnp.int32(2)), np.log(probabilities[2]), rtol=1e-5)
+    np.testing.assert_allclose(categorical.entropy(), scipy.stats.entropy(probabilities), rtol=1e-5)
+    draws = jax.vmap(categorical.sample)(jax.random.split(jax.random.key(0), 20_000))
+    np.testing.assert_allclose(np.bincount(np.asarray(draws), minlength=3) / 20_000, probabilities, atol=0.015)
+
+
+def test_the_clipped_surrogate_and_value_loss_by_hand():
+    ratio, advantage = jnp.array([1.5, 0.5, 1.5, 0.5]), jnp.array([1.0, 1.0, -1.0, -1.0])
+    # the pessimistic bound: a gain is capped at 1 + eps, a loss is never made smaller than the ratio's
+    np.testing.assert_allclose(clipped_surrogate(ratio, advantage, 0.2), [1.2, 0.5, -1.5, -0.8], rtol=1e-6)
+    value, acted, target = jnp.array([2.0, 0.5]), jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
+    np.testing.assert_allclose(value_errors(value, acted, target, None), [4.0, 0.25], rtol=1e-6)
+    # clipped: the new value kept within 0.2 of the actor's 0: (0.2 - 0)^2 = 0.04 < 4; (0.2 - 1)^2 = 0.64 > 0.25
+    np.testing.assert_allclose(value_errors(value, acted, target, 0.2), [4.0, 0.64], rtol=1e-6)
+
+
+def test_running_statistics_are_numpys_over_the_rows_kept():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, (50, 3)).astype(np.float32) for _ in range(3)]
+    masks = [rng.uniform(size=50) < 0.7 for _ in range(3)]
+    stats = empty_stats((3,))
+    for values, mask in zip(batches, masks, strict=True):
+        stats = updated(stats, jnp.asarray(values), jnp.asarray(mask))
+    kept = np.concatenate([values[mask] for values, mask in zip(batches, masks, strict=True)])
+    np.testing.assert_allclose(stats.mean, kept.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(stats.var, kept.var(axis=0), rtol=1e-4)
+    assert float(stats.count) == pytest.approx(len(kept))
+
+
+def test_a_box_step_keeps_the_unclipped_sample_its_log_prob_is_of():
+    train = validated(compose_config("algo=ppo", "env=gymnax", "env.id=Pendulum-v1", "algo.num_envs=2"))
+    env, env_params, algorithm = build(train)
+    parts = algorithm.actor_learner
+    obs = jnp.zeros((2, *env.observation_shape))
+    params = parts.actor_params(parts.learner_init(jax.random.key(0), obs))
+    raw = jnp.array([[3.5], [-0.5]])  # env 0's sample beyond Pendulum's torque bound of 2
+    flags = jnp.zeros(2, bool)
+    step = ActorStep(obs, jnp.clip(raw, -2.0, 2.0), raw, PPOExtras(jnp.array([-1.0, -2.0]), jnp.zeros(2)),
+                     jnp.zeros(2), flags, flags, obs, jnp.ones(2, bool), flags, flags, ())
+    _, item = parts.observe(params, parts.record_init(obs), step)
+    np.testing.assert_array_equal(item.action, raw)  # the learner's log-prob is of this one
+    np.testing.assert_array_equal(item.log_prob, [-1.0, -2.0])  # act's, not recomputed
+
+
+HOST_PPO = ("algo=ppo", "env=gymnasium", "env.id=CartPole-v1", "num_seeds=2", "algo.num_envs=4",
+            "algo.rollout_length=32", "total_env_steps=4096", "eval_every=4096", "log_every=1024",
+            "runtime.num_actor_threads=2", "eval_episodes=2", "final_eval_episodes=2")
+
+
+@pytest.mark.parametrize("lag", [0, 16])
+def test_an_on_policy_host_run_keeps_its_measured_policy_lag_within_the_bound(tmp_path, lag):
+    """Two actor threads run free beside the learner; every block is learned once (one round per block), acted
+    with parameters at most `lag` learner updates (one round: 4 epochs x 4 minibatches) behind the learner's."""
+    result = run_cli(*HOST_PPO, f"runtime.max_policy_lag={lag}", run_dir=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    runtime = summary["runtime"]
+    rounds = 4096 // (4 * 32)
+    assert runtime["runtime/learner_updates"] == rounds * 16  # each block learned by exactly one round
+    assert 0 <= runtime["runtime/policy_lag_max"] <= lag
