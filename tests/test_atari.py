@@ -143,11 +143,15 @@ TINY_ALGO = {"dqn": ["algo=dqn", "algo.num_envs=4", "algo.train_every=32", "algo
                      "algo.buffer_size=2048", "algo.learning_starts=128"],
              "apex": ["algo=apex", "algo.num_actors=2", "algo.envs_per_actor=2", "algo.rollout_length=8",
                       "algo.batch_size=32", "algo.learner_updates_per_iteration=2", "algo.buffer_size=2048",
-                      "algo.learning_starts=128"]}
+                      "algo.learning_starts=128"],
+             "ppo": ["algo=ppo", "algo.num_envs=4", "algo.rollout_length=32", "algo.update_epochs=1",
+                     "algo.num_minibatches=2"]}
 
 
-# DQN's is slow-marked: Ape-X's covers the Atari path (actor threads, frame replay, resume, evaluate, GIF) in CI
-@pytest.mark.parametrize("algo", [pytest.param("dqn", marks=pytest.mark.slow), "apex"])
+# DQN's and PPO's are slow-marked: Ape-X's covers the Atari path (actor threads, frame replay, resume, evaluate, GIF)
+# in CI; PPO's adds the on-policy host mode with a shared Nature torso
+@pytest.mark.parametrize("algo", [pytest.param("dqn", marks=pytest.mark.slow), "apex",
+                                  pytest.param("ppo", marks=pytest.mark.slow)])
 def test_a_tiny_atari_run_trains_checkpoints_resumes_evaluates_and_plays(algo, tmp_path):
     first = train(compose_config(*TINY, *TINY_ALGO[algo]), tmp_path)
     assert first["env_steps"] == 512 and np.isfinite(first["final_eval_return"])
