@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["algo=apex", "env=gymnasium", "algo.num_actors=3", "algo.envs_per_actor=1", "algo.rollout_length=16",
          "algo.batch_size=32", "algo.learner_updates_per_iteration=4", "algo.learning_starts=256", "num_seeds=2",
          "eval_every=1536", "log_every=768", "eval_episodes=2", "final_eval_episodes=3", "progress=false"]
-# PPO (on-policy), free running: 10 blocks of 3 envs x 32 steps, each learned by one round of 2 x 2 minibatches, acted
+# PPO (on-policy), free running: 6 blocks of 3 envs x 32 steps, each learned by one round of 2 x 2 minibatches, acted
 # with parameters at most one round (4 updates) behind
 PPO_SMALL = ["algo=ppo", "env=gymnasium", "algo.num_envs=3", "algo.rollout_length=32", "algo.update_epochs=2",
-             "algo.num_minibatches=2", "num_seeds=2", "total_env_steps=960", "eval_every=960", "log_every=480",
+             "algo.num_minibatches=2", "num_seeds=2", "total_env_steps=576", "eval_every=576", "log_every=288",
              "eval_episodes=2", "final_eval_episodes=2", "progress=false", "runtime.max_policy_lag=4"]
 RAY = ["actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.actor_resources.actor_slot=1",
        "runtime.timeout_s=60"]

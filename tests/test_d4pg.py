@@ -262,6 +262,9 @@ def host_run(tmp_path_factory):
     return shared_dir(tmp_path_factory, "d4pg-host", make)
 
 
+# slow-marked: a learning bar (> -400 after 6,000 free-running env steps) with no measured margin, and the 10-minute
+# budget; docs/algorithms.md's D4PG commands run the host path, a saved policy stepped by hand, in CI
+@pytest.mark.slow
 def test_a_host_run_learns_pendulum_and_its_policy_steps_gymnasiums_own_env_by_hand(host_run):
     summary = json.loads((host_run / "summary.json").read_text())
     final = summary["seeds"][0]["final_eval_return"]

@@ -207,7 +207,7 @@ def saved_policies_replay(run_dir, *gif) -> dict:
     return evaluation
 
 
-def test_dqn_on_a_gymnax_env_learns_and_its_saved_policies_replay_the_final_evaluation(tmp_path):
+def test_dqn_on_a_gymnax_env_learns_its_saved_policies_replay_and_its_vector_env_does_not_draw(tmp_path):
     # Catch-bsuite: +1 for a caught ball, -1 for a missed one. Uniformly random play averages -0.63 (2,000
     # episodes, std 0.78). At 2,048 env steps the greedy policies of seeds 0..3 (2 each) ended anywhere from
     # 0.19 to 1.0; at these 4,096 every one of the 8 ended at 1.0 (measured 2026-12-04). Acrobot (the test
@@ -218,6 +218,11 @@ def test_dqn_on_a_gymnax_env_learns_and_its_saved_policies_replay_the_final_eval
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert min(seed["final_eval_return"] for seed in summary["seeds"]) >= 0.5, summary["seeds"]
     saved_policies_replay(tmp_path)
+    # Catch's [10, 5] observations are no image: asked for a GIF, the evaluate command says so in one paragraph
+    from test_policy import evaluate_cli, one_paragraph_error
+
+    drawn = evaluate_cli(tmp_path, "--episodes", 1, "--gif", tmp_path / "a.gif")
+    assert "cannot draw itself" in one_paragraph_error(drawn)
 
 
 def test_ape_x_on_minatar_checkpoints_resumes_and_its_policy_plays(tmp_path):
@@ -237,15 +242,3 @@ def test_ape_x_on_minatar_checkpoints_resumes_and_its_policy_plays(tmp_path):
     evaluation = saved_policies_replay(tmp_path, "--gif", tmp_path / "breakout.gif")
     assert evaluation["gif"]["return"] == evaluation["seeds"][0]["returns"][0]
     assert Image.open(tmp_path / "breakout.gif").size == (240, 240) and evaluation["gif"]["steps"] > 0
-
-
-def test_vector_gymnax_envs_do_not_draw_and_say_so(tmp_path):
-    from test_policy import evaluate_cli, one_paragraph_error
-
-    from framework.app.train import train
-
-    # trained in this process (run.py's path runs in the tests above); the command that refuses, in its own
-    train(compose_config("algo=dqn", "env=gymnax", "env.id=Acrobot-v1", "total_env_steps=256", "eval_every=256",
-                         "eval_episodes=1", "final_eval_episodes=1"), tmp_path)
-    drawn = evaluate_cli(tmp_path, "--episodes", 1, "--gif", tmp_path / "a.gif")
-    assert "cannot draw itself" in one_paragraph_error(drawn)
