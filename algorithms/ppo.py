@@ -29,7 +29,7 @@ from algorithms.common.optimizer import apply_gradients, check_learning_rate_con
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
 from framework.core.errors import check, check_number, check_positive_int
 from framework.core.registry import register_algorithm
-from framework.core.spaces import BOX, DISCRETE
+from framework.core.spaces import BOX, DISCRETE, clip_actions
 
 
 @dataclasses.dataclass
@@ -254,7 +254,8 @@ def ppo_parts(config: PPOConfig, network: ActorCritic, space: Any, obs_shape: tu
         if c.scale_rewards:
             discounted = running_return * c.discount + step.reward
             running_return = jnp.where(done | ~step.acted, 0.0, discounted)
-        sampled = step.raw_action.reshape(num_envs_of(step), -1) if continuous else step.raw_action
+        # the sample as act drew it, flattened per env (an actor thread observes its share of a seed's envs)
+        sampled = step.raw_action.reshape(step.reward.shape[0], -1) if continuous else step.raw_action
         item = PPOStep(
             obs=jax.vmap(lambda obs: network_input(params, obs))(step.obs), action=sampled.astype(
                 jnp.float32 if continuous else jnp.int32),
@@ -263,9 +264,6 @@ def ppo_parts(config: PPOConfig, network: ActorCritic, space: Any, obs_shape: tu
             acted=step.acted, discounted_return=discounted if c.scale_rewards else (),
             raw_obs=step.obs.astype(jnp.float32) if c.normalize_observations else ())
         return running_return, item
-
-    def num_envs_of(step: ActorStep) -> int:
-        return step.reward.shape[0]  # an actor thread observes its share of a seed's envs
 
     # the learner part
     def learner_init(key: jax.Array, obs: jax.Array) -> PPOLearner:
@@ -356,17 +354,13 @@ def ppo_parts(config: PPOConfig, network: ActorCritic, space: Any, obs_shape: tu
 def policy_mode_act(network: ActorCritic, config: PPOConfig, space: Any):
     """Evaluation's act: the policy's mode (argmax, or the Gaussian's mean clipped to the finite bounds)."""
     continuous = space.kind == BOX
-    low = high = None
-    if continuous:
-        low, high = (np.where(np.isfinite(bound), bound, np.sign(bound) * np.finfo(np.float32).max).astype(np.float32)
-                     for bound in (np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)))
 
     def act(params: PPOParams, state: Any, obs: jax.Array, start: jax.Array, key: jax.Array) -> tuple[jax.Array, Any]:
         obs = normalized(params.obs_stats, obs) if config.normalize_observations else obs
         head, _, _ = network.apply(params.network, obs)
         if not continuous:
             return jnp.argmax(head).astype(jnp.int32), state
-        return jnp.clip(head.reshape(space.shape), low, high).astype(jnp.float32), state
+        return clip_actions(space, head.reshape(space.shape)).astype(jnp.float32), state
     return act
 
 

@@ -23,9 +23,6 @@ class Categorical(NamedTuple):
         log_p = jax.nn.log_softmax(self.logits)
         return -(jnp.exp(log_p) * log_p).sum()
 
-    def mode(self) -> jax.Array:
-        return jnp.argmax(self.logits).astype(jnp.int32)
-
 
 class DiagonalGaussian(NamedTuple):
     mean: jax.Array  # [A]
@@ -40,6 +37,3 @@ class DiagonalGaussian(NamedTuple):
 
     def entropy(self) -> jax.Array:
         return (self.log_std + 0.5 * (1.0 + LOG_2PI)).sum()
-
-    def mode(self) -> jax.Array:
-        return self.mean

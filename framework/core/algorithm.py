@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.devices import DEVICE_AXIS
+from framework.core.devices import with_device_axis
 from framework.core.errors import PluginError
 
 Metrics = dict[str, jax.Array]
@@ -277,9 +277,7 @@ def check_parts(name: str, parts: ActorLearner, observation: jax.ShapeDtypeStruc
     key = jax.eval_shape(lambda: jax.random.key(0))
     keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), num_envs))
     # one learner on a device axis of size one: a parallel learner averages over it
-    on_axis = lambda fn: lambda *args: jax.tree.map(lambda x: x[0], jax.vmap(
-        fn, in_axes=None, axis_size=1, axis_name=DEVICE_AXIS)(*args))
-    traced = lambda fn, *args: jax.eval_shape(on_axis(fn), *args)
+    traced = lambda fn, *args: jax.eval_shape(with_device_axis(fn), *args)
 
     learner = traced(parts.learner_init, key, obs)
     params = traced(parts.actor_params, learner)

@@ -16,17 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm
-from framework.core.devices import DEVICE_AXIS
+from framework.core.devices import with_device_axis
 from framework.core.host_env import HostEnvError, derived_seed
 from framework.core.keys import rollout_draws, run_keys
 from framework.core.spaces import clip_actions
-
-
-def with_device_axis(fn: Callable) -> Callable:
-    """`fn` as one learner on a device axis of size one (Ape-X's learner averages over that axis). The inputs stay
-    unmapped: giving every leaf a leading axis of one made XLA copy the whole replay at each call (4x slower)."""
-    on_axis = jax.vmap(fn, in_axes=None, axis_size=1, axis_name=DEVICE_AXIS)
-    return lambda *args: jax.tree.map(lambda x: x[0], on_axis(*args))
 
 
 class HostPrograms(NamedTuple):

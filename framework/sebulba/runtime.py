@@ -284,19 +284,21 @@ class ParameterStore(_Stoppable):
     def __init__(self, params: Any = None, version: int = -1):
         super().__init__()
         self._params, self._version = params, version
-        self.rounds = 0  # learner rounds done with when the newest parameters were published (on-policy pacing)
+        self.rounds = 0  # learner rounds done with (on-policy pacing): what wait_for_rounds waits on
 
-    def publish(self, params: Any, version: int, rounds: Optional[int] = None) -> bool:
-        """Make (params, version) the newest, after `rounds` learner rounds; an older or equal version than the
-        stored one is ignored (False), though its rounds count."""
+    def publish(self, params: Any, version: int) -> bool:
+        """Make (params, version) the newest; an older or equal version than the stored one is ignored (False)."""
         with self._condition:
-            if rounds is not None:
-                self.rounds = max(self.rounds, rounds)
-                self._condition.notify_all()
             if version <= self._version:
                 return False
             self._params, self._version = params, version
             return True
+
+    def rounds_done(self, rounds: int) -> None:
+        """The learner is done with `rounds` rounds (publish their parameters first): waiting actors go on."""
+        with self._condition:
+            self.rounds = max(self.rounds, rounds)
+            self._condition.notify_all()
 
     def wait_for_rounds(self, rounds: int, timeout: Optional[float]) -> tuple[Any, int]:
         """The newest (params, version) once the learner has published after `rounds` rounds: an on-policy actor

@@ -79,7 +79,7 @@ class HostCounters:
     learns_since_insert: int  # learner rounds since the last insert: folded into the round's learner key
     inserts: int  # the rate limiter's inserted units
     samples: int  # the rate limiter's sampled units
-    sampling_from: int = NOT_READY  # the rate limiter's inserts when the learner was first ready
+    sampling_from: int  # the rate limiter's inserts when the learner was first ready (NOT_READY: not yet)
 
 
 class Report(NamedTuple):
@@ -168,7 +168,8 @@ class HostRun:
         except BaseException:
             self.close()
             raise
-        self.store.publish(self.programs.snapshot(self.learner), self.learner_updates, rounds=self.rounds_inserted)
+        self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
+        self.store.rounds_done(self.rounds_inserted)
 
     def start_ray_slots(self, seeds: list[int]) -> None:
         """actors=ray: the cluster, a Ray actor process per slot (started at once), each slot opened in its own."""
@@ -219,9 +220,9 @@ class HostRun:
         the published ones, if any)."""
         if not self.parts.on_policy:
             return
-        newer = self.store.version < self.learner_updates
-        self.store.publish(self.programs.snapshot(self.learner) if newer else None,
-                           self.learner_updates if newer else self.store.version, rounds=self.rounds_inserted)
+        if self.store.version < self.learner_updates:
+            self.store.publish(self.programs.snapshot(self.learner), self.learner_updates)
+        self.store.rounds_done(self.rounds_inserted)
 
     def learn_granted(self, blocks_ready: Callable[[], bool]) -> None:
         """Every round the limiter grants now; free running (no ratio), rounds until `blocks_ready()`."""
