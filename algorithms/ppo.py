@@ -22,10 +22,13 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
+from algorithms.common.advantages import gae
+from algorithms.common.advantages import normalized as normalized_advantages
 from algorithms.common.distributions import Categorical, DiagonalGaussian
 from algorithms.common.networks import NATURE_MIN_SIZE, check_network_config, torso_features
 from algorithms.common.normalization import empty_stats, normalized, scaled, updated
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, decayed_learning_rate
+from algorithms.common.policy_losses import approx_kl, clipped_surrogate, masked_mean, outside_clip_range, value_errors
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
 from framework.core.errors import check, check_number, check_positive_int
 from framework.core.registry import register_algorithm
@@ -176,41 +179,6 @@ class PPOLearner:
     blocks: jax.Array  # blocks inserted
 
 
-def gae(block: PPOStep, rewards: jax.Array, discount: float, lam: float) -> tuple[jax.Array, jax.Array]:
-    """Advantages and value targets [T, N] of a block by GAE(lambda), the chain cut after every episode's end and
-    zero at reset steps; each step bootstraps from its own next value, so a block's last step needs no more."""
-    deltas = rewards + discount * (1.0 - block.terminated) * block.next_value - block.value
-
-    def backwards(after: jax.Array, step: tuple) -> tuple[jax.Array, jax.Array]:
-        delta, done, acted = step
-        advantage = jnp.where(acted, delta + discount * lam * (1.0 - done) * after, 0.0)
-        return advantage, advantage
-
-    _, advantages = jax.lax.scan(backwards, jnp.zeros_like(deltas[0]),
-                                 (deltas, block.done.astype(jnp.float32), block.acted), reverse=True)
-    return advantages, advantages + block.value
-
-
-def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip_eps: float) -> jax.Array:
-    """PPO's objective per step (to maximise): the smaller of the ratio's and the clipped ratio's advantage."""
-    return jnp.minimum(ratio * advantages, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantages)
-
-
-def value_errors(value: jax.Array, acted_value: jax.Array, targets: jax.Array, clip_eps: Optional[float]
-                 ) -> jax.Array:
-    """Squared value errors per step; with `clip_eps`, the larger of the plain and the clipped one (the new value
-    kept within clip_eps of the value the actor had), as PureJaxRL and CleanRL."""
-    errors = jnp.square(value - targets)
-    if clip_eps is None:
-        return errors
-    clipped = acted_value + jnp.clip(value - acted_value, -clip_eps, clip_eps)
-    return jnp.maximum(errors, jnp.square(clipped - targets))
-
-
-def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
-    return (values * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-
-
 def make_network(config: PPOConfig, env: Any, continuous: bool, action_size: int) -> ActorCritic:
     shape = tuple(env.observation_shape)
     image = len(shape) == 3
@@ -301,9 +269,7 @@ def ppo_parts(config: PPOConfig, network: ActorCritic, space: Any, obs_shape: tu
         entropy = jax.vmap(type(dist).entropy)(dist)
         mask = batch.acted.astype(jnp.float32)
         if c.normalize_advantages:
-            mean = masked_mean(advantages, mask)
-            std = jnp.sqrt(masked_mean(jnp.square(advantages - mean), mask))
-            advantages = (advantages - mean) / (std + 1e-8)
+            advantages = normalized_advantages(advantages, mask)
         log_ratio = log_prob - batch.log_prob
         ratio = jnp.exp(log_ratio)
         surrogate = clipped_surrogate(ratio, advantages, c.clip_eps)
@@ -312,14 +278,15 @@ def ppo_parts(config: PPOConfig, network: ActorCritic, space: Any, obs_shape: tu
         entropy = masked_mean(entropy, mask)
         total = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
         return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
-                       "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
-                       "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > c.clip_eps).astype(jnp.float32), mask)}
+                       "approx_kl": masked_mean(approx_kl(log_ratio), mask),
+                       "clip_fraction": masked_mean(outside_clip_range(ratio, c.clip_eps), mask)}
 
     def learn(learner: PPOLearner, key: jax.Array, env_steps: jax.Array) -> tuple[PPOLearner, Metrics]:
         """A round: GAE over the block, then epochs x minibatches of updates (the block comes out as it came in)."""
         block = learner.block
         rewards = scaled(learner.return_stats, block.reward) if c.scale_rewards else block.reward
-        advantages, targets = gae(block, rewards, c.discount, c.gae_lambda)
+        advantages, targets = gae(rewards, block.value, block.next_value, block.terminated, block.done, block.acted,
+                                  c.discount, c.gae_lambda)
         steps = c.rollout_length * block.reward.shape[1]
         flat = lambda x: x.reshape(steps, *x.shape[2:])
         data = jax.tree.map(flat, (block, advantages, targets))

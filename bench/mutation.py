@@ -17,7 +17,8 @@ modules at a time, other jobs running) the 828 mutants took ~62 minutes: targets
 protocol 6, prioritized_replay 23 (each mutant is a fresh pytest process that imports JAX and compiles).
 On 2026-12-05 (one module at a time, the same VM, another job running) R2D2's sequence_targets took 4.0 minutes
 for 204 mutants and sequence_replay 6.4 for 255; on 2026-12-06 D4PG's distributional 0.8 for 41 and (later,
-nothing else running) continuous_actions 5.8 for 133.
+nothing else running) continuous_actions 5.8 for 133; on 2026-12-07 PPO's advantages 1.4 for 54 and
+policy_losses 1.0 for 51.
 """
 import argparse
 import json
@@ -56,6 +57,12 @@ MODULES = {
     "continuous_actions": ("algorithms/common/continuous_actions.py",
                            ["tests/test_d4pg.py", "-k", "bounds or sigma_ladder_is or ornstein_uhlenbeck_noise "
                             "or gaussian_noise_forgets or noise_moves"]),
+    # PPO's GAE and advantage normalisation, and its losses: the unit tests only (the rest of the file builds and
+    # runs PPO)
+    "advantages": ("algorithms/common/advantages.py", ["tests/test_ppo.py", "-k", "gae or normalized_advantages"]),
+    "policy_losses": ("algorithms/common/policy_losses.py",
+                      ["tests/test_ppo.py", "-k",
+                       "surrogate or value_error or masked_mean or approx_kl or clip_range"]),
 }
 
 # mutant name -> why no test can tell it from the original (names as mutmut 3.8 numbers them in today's code)
@@ -126,7 +133,11 @@ EQUIVALENT: dict[str, str] = {f"algorithms.common.targets.x_{name}": why for nam
 }.items()} | {f"algorithms.common.distributional.x_{name}": why for name, why in {
     "atoms__mutmut_4": LINSPACE_DTYPE,
     "atoms__mutmut_8": LINSPACE_DTYPE,
-}.items()}
+}.items()} | {
+    "algorithms.common.advantages.x_gae__mutmut_33": "the scan's zero carry as zeros_like(deltas[1]) instead of [0]: "
+                                                     "every row has the first's shape and dtype (and JAX clamps the "
+                                                     "[1] of a one-step block to its last row)",
+}
 
 # what the fork server imports once, so that each mutant's process starts with them: the libraries and the
 # repository's modules (conftest's load_plugins); importing them starts no JAX backend, so the fork stays safe
@@ -136,12 +147,14 @@ PRELOAD = ["numpy", "jax", "jax.numpy", "flax.linen", "flax.struct", "flashbax",
            "framework.run.protocol", "algorithms.common.targets", "algorithms.common.nstep",
            "algorithms.common.prioritized_replay", "algorithms.common.exploration",
            "algorithms.common.sequence_targets", "algorithms.common.sequence_replay",
-           "algorithms.common.distributional", "algorithms.common.continuous_actions", "envs", "algorithms"]
+           "algorithms.common.distributional", "algorithms.common.continuous_actions",
+           "algorithms.common.advantages", "algorithms.common.policy_losses", "envs", "algorithms"]
 # every mutant's process compiles the tests' unchanged XLA programs again: a disk cache shared by all keeps
 # that to a read (the cache key is the program, so a mutated program compiles afresh)
 JAX_CACHE = {"JAX_COMPILATION_CACHE_DIR": str(REPO_ROOT / ".mutation" / "jax_cache"),
              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
-COPIED = ["algorithms", "framework", "envs", "conf", "run.py", "tests/conftest.py"]
+# tests/forkserver.py: conftest imports it (its server starts in xdist workers only, so never in a mutant's run)
+COPIED = ["algorithms", "framework", "envs", "conf", "run.py", "tests/conftest.py", "tests/forkserver.py"]
 
 # mutmut's verdicts by worker exit code (mutmut.stats.status_by_exit_code, 3.8)
 KILLED_CODES, SURVIVED_CODES = {1, 3}, {0}

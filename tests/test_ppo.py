@@ -1,7 +1,9 @@
 """PPO: GAE(lambda) against hand-computed advantages (a truncation bootstrapping from its final observation, a
-termination, a host engine's reset step), the log-probs and entropies against scipy, the clipped surrogate and value
-loss by hand, the running statistics against numpy, the raw (unclipped) Box sample kept for the log-prob, and an
-on-policy host run whose measured policy lag stays within runtime.max_policy_lag."""
+termination, a host engine's reset step), at lambda 0 and 1 against TD targets and Monte Carlo returns and on a random
+block against its closed-form sum, the advantages' normalisation against numpy, the log-probs and entropies against
+scipy, the clipped surrogate (and its gradient at the clip boundary), the value loss, the masked mean and the ratio's
+diagnostics by hand, the running statistics against numpy, the raw (unclipped) Box sample kept for the log-prob, and
+an on-policy host run whose measured policy lag stays within runtime.max_policy_lag."""
 import json
 
 import gymnasium
@@ -12,43 +14,109 @@ import pytest
 import scipy.stats
 from conftest import compose_config, run_cli, run_python
 
+from algorithms.common.advantages import gae, normalized
 from algorithms.common.distributions import Categorical, DiagonalGaussian
 from algorithms.common.normalization import empty_stats, updated
-from algorithms.ppo import PPOExtras, PPOStep, clipped_surrogate, gae, value_errors
+from algorithms.common.policy_losses import approx_kl, clipped_surrogate, masked_mean, outside_clip_range, value_errors
+from algorithms.ppo import PPOExtras
 from framework.anakin.trainer import build
 from framework.core.algorithm import ActorStep
 from framework.core.config import validated
 from framework.run.policy import load_policy
 
 
-def block_of(**columns) -> PPOStep:
-    """A block [T, N] from per-env columns [N][T] of each field (the rest zeros, every step acted)."""
-    as_block = {name: jnp.asarray(np.asarray(values, np.float32).T) for name, values in columns.items()}
+def gae_of(discount: float, lam: float, **columns) -> tuple[np.ndarray, np.ndarray, dict]:
+    """gae's advantages and targets [T, N] of a block given as per-env columns [N][T] of its inputs (the rest zeros,
+    every step acted), and the inputs [T, N]."""
+    as_block = {name: np.asarray(values, np.float32).T for name, values in columns.items()}
     shape = next(iter(as_block.values())).shape
-    fields = {name: as_block.get(name, jnp.zeros(shape)) for name in ("value", "next_value", "reward", "terminated")}
-    return PPOStep(obs=jnp.zeros(shape), action=jnp.zeros(shape, jnp.int32), log_prob=jnp.zeros(shape),
-                   done=as_block.get("done", jnp.zeros(shape)).astype(bool),
-                   acted=as_block.get("acted", jnp.ones(shape)).astype(bool), discounted_return=(), raw_obs=(),
-                   **fields)
+    inputs = {name: as_block.get(name, np.ones(shape) if name == "acted" else np.zeros(shape))
+              for name in ("reward", "value", "next_value", "terminated", "done", "acted")}
+    advantages, targets = gae(*(jnp.asarray(inputs[name], jnp.float32) for name in ("reward", "value", "next_value",
+                                                                                    "terminated")),
+                              jnp.asarray(inputs["done"], bool), jnp.asarray(inputs["acted"], bool), discount, lam)
+    return np.asarray(advantages), np.asarray(targets), inputs
 
 
 def test_gae_is_the_hand_computed_recursion():
     """gamma 0.5, lambda 0.5 (gamma x lambda = 0.25), rewards 1, values 0 except where given. Env 0 is truncated
     at t=1 (its final observation worth 4) and cut at the block's end (the next observation worth 2); env 1 ends
     at t=2 (a next value of 9 not bootstrapped); env 2 ends at t=1 and spends t=2 on its engine's reset."""
-    block = block_of(reward=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
-                     next_value=[[0, 4, 0, 2], [0, 0, 9, 0], [0, 0, 0, 0]],
-                     terminated=[[0, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
-                     done=[[0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
-                     acted=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
-                     value=[[0, 0, 0, 0], [0, 0, 0, 0.5], [0, 0, 0, 0]])
-    advantages, targets = gae(block, block.reward, 0.5, 0.5)
+    advantages, targets, block = gae_of(0.5, 0.5, reward=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
+                                        next_value=[[0, 4, 0, 2], [0, 0, 9, 0], [0, 0, 0, 0]],
+                                        terminated=[[0, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
+                                        done=[[0, 1, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]],
+                                        acted=[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]],
+                                        value=[[0, 0, 0, 0], [0, 0, 0, 0.5], [0, 0, 0, 0]])
     # env 0: deltas 1, 1 + 0.5 x 4, 1, 1 + 0.5 x 2; A3 = 2, A2 = 1 + 0.25 x 2, A1 = 3 (cut), A0 = 1 + 0.25 x 3
     # env 1: deltas 1, 1, 1 (no bootstrap), 1 - 0.5; A3 = 0.5, A2 = 1 (cut), A1 = 1.25, A0 = 1.3125
     # env 2: A3 = 1, A2 = 0 (reset step), A1 = 1 (cut), A0 = 1.25
     expected = np.array([[1.75, 3.0, 1.5, 2.0], [1.3125, 1.25, 1.0, 0.5], [1.25, 1.0, 0.0, 1.0]]).T
     np.testing.assert_allclose(advantages, expected, rtol=1e-6)
-    np.testing.assert_allclose(targets, expected + np.asarray(block.value), rtol=1e-6)
+    np.testing.assert_allclose(targets, expected + block["value"], rtol=1e-6)
+
+
+def test_gae_at_lambda_0_and_1_is_the_td_target_and_the_monte_carlo_return():
+    """gamma 0.5. Env 0 terminates at t=3 (its next value of 100 not bootstrapped); env 1 is truncated at t=1 (its
+    final observation worth 8) and cut at the block's end (the next observation worth 6). Each next value is the
+    value at the step after, within an episode, so at lambda 1 the values telescope out of the targets."""
+    columns = dict(reward=[[1, 2, 3, 4], [1, 1, 1, 1]], value=[[10, -3, 7, 2], [1, 2, 3, 4]],
+                   next_value=[[-3, 7, 2, 100], [2, 8, 4, 6]], terminated=[[0, 0, 0, 1], [0, 0, 0, 0]],
+                   done=[[0, 0, 0, 1], [0, 1, 0, 0]])
+    # lambda 0: r + 0.5 x next value (none after the termination)
+    advantages, targets, block = gae_of(0.5, 0.0, **columns)
+    td_targets = np.array([[1 - 1.5, 2 + 3.5, 3 + 1, 4], [1 + 1, 1 + 4, 1 + 2, 1 + 3]]).T
+    np.testing.assert_allclose(targets, td_targets, rtol=1e-6)
+    np.testing.assert_allclose(advantages, td_targets - block["value"], rtol=1e-6)
+    # lambda 1: env 0's returns G3 = 4, G2 = 3 + 0.5 x 4, G1 = 2 + 0.5 x 5, G0 = 1 + 0.5 x 4.5; env 1's G1 =
+    # 1 + 0.5 x 8, G0 = 1 + 0.5 x 5, G3 = 1 + 0.5 x 6, G2 = 1 + 0.5 x 4
+    advantages, targets, block = gae_of(0.5, 1.0, **columns)
+    returns = np.array([[3.25, 4.5, 5.0, 4.0], [3.5, 5.0, 3.0, 4.0]]).T
+    np.testing.assert_allclose(targets, returns, rtol=1e-6)
+    np.testing.assert_allclose(advantages, returns - block["value"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.7, 1.0])
+def test_gae_on_a_random_block_is_its_closed_form_sum(lam):
+    """A_t = sum over l of (gamma lambda)^l delta_(t+l), up to the first episode end from t on (inclusive), a reset
+    step's term 0 and the sum stopped there; delta_t = r_t + gamma (1 - terminated_t) V'_t - V_t. Terminations,
+    truncations (done without terminated) and reset steps at random, gamma 0.9."""
+    rng = np.random.default_rng(0)
+    steps, envs, discount = 12, 6, 0.9
+    reward, value, next_value = rng.normal(size=(3, steps, envs)).astype(np.float32)
+    terminated = rng.uniform(size=(steps, envs)) < 0.15
+    done = terminated | (rng.uniform(size=(steps, envs)) < 0.15)
+    acted = rng.uniform(size=(steps, envs)) < 0.8
+    delta = reward + discount * (1.0 - terminated) * next_value.astype(np.float64) - value
+    expected = np.zeros((steps, envs))
+    for t, env in np.ndindex(steps, envs):
+        for ahead in range(steps - t):
+            if not acted[t + ahead, env]:
+                break
+            expected[t, env] += (discount * lam) ** ahead * delta[t + ahead, env]
+            if done[t + ahead, env]:
+                break
+    advantages, targets = gae(*(jnp.asarray(x) for x in (reward, value, next_value, terminated.astype(np.float32),
+                                                          done, acted)), discount, lam)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, expected + value, rtol=1e-5, atol=1e-5)
+    assert not np.asarray(advantages)[~acted].any()
+
+
+def test_normalized_advantages_are_numpys_over_the_acted_steps():
+    rng = np.random.default_rng(1)
+    advantages = rng.normal(2.0, 3.0, 64).astype(np.float32)
+    mask = rng.uniform(size=64) < 0.6
+    kept = advantages[mask].astype(np.float64)
+    np.testing.assert_allclose(normalized(jnp.asarray(advantages), jnp.asarray(mask, jnp.float32)),
+                               (advantages - kept.mean()) / (kept.std() + 1e-8), rtol=1e-5, atol=1e-6)
+    # a spread of 1e-7 (mean 1e-7, std 1e-7): the 1e-8 shows, -+1e-7 / 1.1e-7
+    np.testing.assert_allclose(normalized(jnp.array([0.0, 2e-7]), jnp.ones(2)), [-1 / 1.1, 1 / 1.1], rtol=1e-4)
+    # one acted step: its own mean, std 0, so the others are their distance from it over 1e-8
+    np.testing.assert_allclose(normalized(jnp.array([5.0, 1.0, 3.0]), jnp.array([0.0, 1.0, 0.0])),
+                               [4e8, 0.0, 2e8], rtol=1e-6)
+    # none acted: mean and std 0 (a count of one, not zero), finite
+    np.testing.assert_allclose(normalized(jnp.array([5.0, 1.0, 3.0]), jnp.zeros(3)), [5e8, 1e8, 3e8], rtol=1e-6)
 
 
 def test_log_probs_and_entropies_are_scipys():
@@ -74,6 +142,59 @@ def test_the_clipped_surrogate_and_value_loss_by_hand():
     np.testing.assert_allclose(value_errors(value, acted, target, None), [4.0, 0.25], rtol=1e-6)
     # clipped: the new value kept within 0.2 of the actor's 0: (0.2 - 0)^2 = 0.04 < 4; (0.2 - 1)^2 = 0.64 > 0.25
     np.testing.assert_allclose(value_errors(value, acted, target, 0.2), [4.0, 0.64], rtol=1e-6)
+
+
+def test_the_clipped_surrogate_on_both_sides_of_the_clip_range():
+    ratio, ones = jnp.array([0.5, 0.75, 1.125, 1.25, 1.5]), jnp.ones(5)
+    # advantage 2: the ratio's own below the range and inside it, a gain capped at (1 + 0.25) x 2 above it
+    np.testing.assert_allclose(clipped_surrogate(ratio, 2.0 * ones, 0.25), [1.0, 1.5, 2.25, 2.5, 2.5], rtol=1e-6)
+    # advantage -2: a loss never made smaller than (1 - 0.25) x 2 below the range, the ratio's own inside and above
+    np.testing.assert_allclose(clipped_surrogate(ratio, -2.0 * ones, 0.25), [-1.5, -1.5, -2.25, -2.5, -3.0],
+                               rtol=1e-6)
+
+
+def test_the_clipped_surrogates_gradient_at_the_clip_boundary():
+    """d/d ratio: the advantage where the ratio's own term is the smaller, zero where the clipped one is (no push
+    beyond the range); a hair either side of each boundary of 1 -+ 0.25, and between the two at the boundary."""
+    grad = jax.vmap(jax.grad(clipped_surrogate), in_axes=(0, 0, None))
+    ratio = jnp.array([0.75 - 1e-3, 0.75 + 1e-3, 1.0, 1.25 - 1e-3, 1.25 + 1e-3])
+    np.testing.assert_array_equal(grad(ratio, jnp.full(5, 2.0), 0.25), [2.0, 2.0, 2.0, 2.0, 0.0])
+    np.testing.assert_array_equal(grad(ratio, jnp.full(5, -2.0), 0.25), [0.0, -2.0, -2.0, -2.0, -2.0])
+    at_boundary = np.asarray(grad(jnp.array([1.25, 0.75]), jnp.array([2.0, -2.0]), 0.25))
+    assert 0.0 <= at_boundary[0] <= 2.0 and -2.0 <= at_boundary[1] <= 0.0, at_boundary
+
+
+def test_value_errors_clipped_around_the_acting_value():
+    """The actor's value 3, clip 0.25: the new value inside the range, then beyond it above and below, with the
+    target beyond the new value (the clipped error the larger) and between (the plain one the larger)."""
+    value, target = jnp.array([3.125, 3.5, 3.5, 2.5, 2.5]), jnp.array([4.0, 4.0, 3.0, 2.0, 3.0])
+    acted = jnp.full(5, 3.0)
+    plain = [0.875 ** 2, 0.25, 0.25, 0.25, 0.25]
+    np.testing.assert_allclose(value_errors(value, acted, target, None), plain, rtol=1e-6)
+    # clipped values 3.125, 3.25, 3.25, 2.75, 2.75: errors 0.875^2, 0.75^2, 0.25^2, 0.75^2, 0.25^2
+    np.testing.assert_allclose(value_errors(value, acted, target, 0.25), [0.875 ** 2, 0.5625, 0.25, 0.5625, 0.25],
+                               rtol=1e-6)
+
+
+def test_masked_mean_counts_the_masked_steps_only():
+    values = jnp.array([1.0, 2.0, 3.0, 10.0])
+    assert float(masked_mean(values, jnp.array([1.0, 0.0, 1.0, 0.0]))) == 2.0
+    assert float(masked_mean(values, jnp.array([0.0, 0.0, 0.0, 1.0]))) == 10.0
+    assert float(masked_mean(values, jnp.zeros(4))) == 0.0  # none: 0, not NaN
+
+
+def test_approx_kl_per_step_and_its_mean_is_the_kl():
+    log_ratio = np.array([-1.0, -0.25, 0.0, 0.5, 2.0], np.float32)
+    np.testing.assert_allclose(approx_kl(jnp.asarray(log_ratio)), np.expm1(log_ratio) - log_ratio, rtol=1e-5)
+    # its mean over the acting policy's actions: KL(acting || new) exactly
+    acting, new = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
+    terms = approx_kl(jnp.log(jnp.asarray(new, jnp.float32)) - jnp.log(jnp.asarray(acting, jnp.float32)))
+    np.testing.assert_allclose(float((acting * np.asarray(terms)).sum()), scipy.stats.entropy(acting, new), rtol=1e-5)
+
+
+def test_outside_clip_range_is_strict():
+    ratio = jnp.array([1.0, 1.25, 0.75, 1.3, 0.7, 1.1])
+    np.testing.assert_array_equal(outside_clip_range(ratio, 0.25), [False, False, False, True, True, False])
 
 
 def test_running_statistics_are_numpys_over_the_rows_kept():
