@@ -33,20 +33,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from shared import REPO_ROOT, format_rate, format_value, print_table, run_to_solve
+from shared import REPO_ROOT, first_crossing, format_rate, format_value, print_table, run_to_solve
 
 RLLIB_PYTHON = Path("/tmp/rllib-venv/bin/python")
 TARGET = 475.0
 BATCH = 128  # Ape-X's default learner batch (algorithms/apex.py)
-
-
-def first_crossing(run_dir: Path, target: float) -> float | None:
-    """perf/wall_seconds of the first periodic evaluation at or above target (from launch)."""
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record.get("eval/return", -np.inf) >= target:
-            return record["perf/wall_seconds"]
-    return None
 
 
 def after_start_up(run_dir: Path) -> tuple[float, float, float]:

@@ -62,6 +62,17 @@ def run_to_solve(*overrides: str, compilation_cache: Optional[str] = None, keep_
     return result
 
 
+def first_crossing(run_dir: Path, target: float, every_seed: bool = False) -> Optional[float]:
+    """perf/wall_seconds (from launch) of the first periodic evaluation whose mean over seeds, or with `every_seed`
+    whose lowest seed, is at or above target. A first crossing, not a result: the final evaluation is."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        returns = record.get("eval/return_per_seed" if every_seed else "eval/return")
+        if returns is not None and np.min(returns) >= target:
+            return record["perf/wall_seconds"]
+    return None
+
+
 def curve_history(run_dir: Path, target: float, window: int = 3):
     """A run's periodic evaluations (metrics.jsonl) replayed through the trainer's protocol for `target`."""
     sys.path.insert(0, str(REPO_ROOT))
@@ -160,6 +171,20 @@ for zoo in SB3_ZOO_CONTINUOUS.values():  # TD3's and SAC's
     zoo.update(dict.fromkeys(("HalfCheetah-v5", "Hopper-v5"), MUJOCO_ZOO))
 SB3_NOISE_STD = {"TD3": 0.1}  # the zoo's noise_type normal, noise_std 0.1
 
+# rl-baselines3-zoo, hyperparams/ppo.yml (master, 00128b5): its tuned PPO per env (n_envs and normalize are the zoo's
+# vectorisation and VecNormalize; "lin_X" anneals X to 0). HalfCheetah: the zoo's tuned HalfCheetah-v3 entry on v5.
+HALFCHEETAH_PPO_ZOO = dict(normalize=True, n_envs=1, batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05,
+                           ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8,
+                           vf_coef=0.58096, policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn="ReLU",
+                                                               net_arch=dict(pi=[256, 256], vf=[256, 256])))
+SB3_ZOO_PPO = {
+    "CartPole-v1": (100_000, dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                                  ent_coef=0.0, learning_rate="lin_0.001", clip_range="lin_0.2")),
+    "Pendulum-v1": (100_000, dict(n_envs=4, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                                  learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+    "HalfCheetah-v5": (1_000_000, HALFCHEETAH_PPO_ZOO),
+}
+
 SB3_CHILD = r'''
 import time
 START = time.time()
@@ -167,34 +192,65 @@ import json, sys
 import gymnasium as gym
 import numpy as np
 import stable_baselines3
+import torch.nn
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecNormalize
 
 spec = json.loads(sys.argv[1])
 env_id, target, eval_every = spec["env_id"], spec["target"], spec["eval_every"]
 max_seconds = spec.get("max_seconds")
+n_envs, normalize = spec.get("n_envs", 1), spec.get("normalize", False)
+
+def zoo_value(value):
+    # rl-zoo's "lin_X": X annealed linearly to 0 over the run (SB3 calls a schedule with the progress left, 1 -> 0)
+    if isinstance(value, str) and value.startswith("lin_"):
+        start = float(value[4:])
+        return lambda progress_remaining: progress_remaining * start
+    return value
+
+def evaluation_env():
+    # normalised observations as the model saw them in training (the statistics synced before each evaluation)
+    if not normalize:
+        return gym.make(env_id)
+    return VecNormalize(make_vec_env(env_id, n_envs=1), training=False, norm_reward=False)
+
+def evaluate(model, env, episodes):
+    if normalize:
+        env.obs_rms = model.get_env().obs_rms.copy()
+    mean, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True)
+    return float(mean)
 
 class Evaluations(BaseCallback):
     """Greedy evaluation of 16 episodes every `eval_every` steps, as lightspeed's periodic ones; trains on to
     the end."""
     def __init__(self):
         super().__init__()
-        self.eval_env = gym.make(env_id)
+        self.eval_env = evaluation_env()
         self.returns, self.first_solve = [], None
     def _on_step(self):
         if max_seconds and time.time() - START > max_seconds:
             return False  # the wall-clock budget is spent: stop training, evaluate what was learned
-        if eval_every and self.num_timesteps % eval_every == 0:
-            mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=16, deterministic=True)
-            self.returns.append(float(mean))
+        if eval_every and self.num_timesteps % eval_every < n_envs:
+            mean = evaluate(self.model, self.eval_env, 16)
+            self.returns.append(mean)
             if target is not None and mean >= target and self.first_solve is None:
                 self.first_solve = (self.num_timesteps, time.time() - START)
         return True
 
-hyper = dict(spec["hyper"], **({"train_freq": tuple(spec["hyper"]["train_freq"])}
-                                if isinstance(spec["hyper"].get("train_freq"), list) else {}))
-env = gym.make(env_id)
+hyper = {key: zoo_value(value) for key, value in spec["hyper"].items()}
+if isinstance(hyper.get("train_freq"), list):
+    hyper["train_freq"] = tuple(hyper["train_freq"])
+if isinstance(hyper.get("policy_kwargs", {}).get("activation_fn"), str):
+    policy_kwargs = hyper["policy_kwargs"]
+    hyper["policy_kwargs"] = dict(policy_kwargs, activation_fn=getattr(torch.nn, policy_kwargs["activation_fn"]))
+if n_envs > 1 or normalize:
+    env = make_vec_env(env_id, n_envs=n_envs, seed=spec["seed"])
+    env = VecNormalize(env, gamma=hyper.get("gamma", 0.99)) if normalize else env
+else:
+    env = gym.make(env_id)
 if spec.get("noise_std"):
     size = env.action_space.shape[0]
     hyper["action_noise"] = NormalActionNoise(np.zeros(size), spec["noise_std"] * np.ones(size))
@@ -202,25 +258,27 @@ model = getattr(stable_baselines3, spec.get("algo", "DQN"))("MlpPolicy", env, se
                                                             verbose=0, **hyper)
 evaluations = Evaluations()
 model.learn(total_timesteps=spec["steps"], callback=evaluations)
-final, _ = evaluate_policy(model, gym.make(env_id), n_eval_episodes=100, deterministic=True)
+final = evaluate(model, evaluation_env(), 100)
 print(json.dumps({"first_solve_env_steps": evaluations.first_solve and evaluations.first_solve[0],
                   "first_solve_seconds": evaluations.first_solve and evaluations.first_solve[1],
-                  "final_eval_return": float(final), "returns": evaluations.returns,
+                  "final_eval_return": final, "returns": evaluations.returns,
                   "env_steps": int(model.num_timesteps), "wall_seconds": time.time() - START}))
 '''
 
 
 def run_sb3(env_id: str, seed: int, target: Optional[float] = None, eval_every: int = 5000, algo: str = "DQN",
             max_seconds: Optional[float] = None, env_steps: Optional[int] = None) -> dict:
-    """stable-baselines3's `algo` (DQN, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps
+    """stable-baselines3's `algo` (DQN, PPO, TD3, SAC) with rl-zoo's settings for `env_id`, for rl-zoo's n_timesteps
     or `env_steps` (training stops early once `max_seconds` from launch are spent), in a fresh process with
     OMP_NUM_THREADS torch threads (2 unless set): its periodic evaluations (none if `eval_every` is 0), its final
     100-episode greedy (deterministic) return, the env steps it trained and its wall-clock. Needs
     stable-baselines3 (with torch)."""
-    zoo_steps, hyper = SB3_ZOO[env_id] if algo == "DQN" else SB3_ZOO_CONTINUOUS[algo][env_id]
-    steps = env_steps or zoo_steps
-    spec = dict(env_id=env_id, seed=seed, steps=steps, target=target, eval_every=eval_every, hyper=hyper,
-                algo=algo, noise_std=SB3_NOISE_STD.get(algo), max_seconds=max_seconds)
+    zoo = {"DQN": SB3_ZOO, "PPO": SB3_ZOO_PPO}.get(algo) or SB3_ZOO_CONTINUOUS[algo]
+    zoo_steps, hyper = zoo[env_id]
+    hyper = dict(hyper)
+    vectorised = dict(n_envs=hyper.pop("n_envs", 1), normalize=hyper.pop("normalize", False))
+    spec = dict(env_id=env_id, seed=seed, steps=env_steps or zoo_steps, target=target, eval_every=eval_every,
+                hyper=hyper, algo=algo, noise_std=SB3_NOISE_STD.get(algo), max_seconds=max_seconds, **vectorised)
     out = subprocess.run([sys.executable, "-c", SB3_CHILD, json.dumps(spec)], check=True, capture_output=True,
                          text=True, env={"OMP_NUM_THREADS": "2", **os.environ})
     return json.loads(out.stdout.strip().splitlines()[-1])
