@@ -18,7 +18,8 @@ Rows (`--rows`, default: the task's):
              100 episodes on gymnax's CartPole-v1), as ours are.
   threads    the same algorithm on gymnasium's env through actor threads (`env=gymnasium`).
   zoo        the threads row with rl-zoo's tuned settings for the env, at rl-zoo's env steps (CartPole: ZOO_CARTPOLE),
-             so that its seeds and SB3's run the same algorithm on the same budget.
+             so that its seeds and SB3's run the same algorithm on the same budget (HalfCheetah: ZOO_HALFCHEETAH at
+             the task's 300k).
   ray        the same through Ray actors on a local head (`actors=ray ray.num_actors=K`).
   sb3        stable-baselines3's PPO with rl-zoo's tuned settings for the env (bench/shared.py: SB3_ZOO_PPO), one
              process per seed, at rl-zoo's env steps (CartPole, Pendulum) or at lightspeed's (HalfCheetah).
@@ -65,6 +66,15 @@ HALFCHEETAH = ("algo.num_envs=2", "algo.rollout_length=1024", "algo.update_epoch
 ZOO_CARTPOLE = ("algo.num_envs=8", "algo.rollout_length=32", "algo.num_minibatches=1", "algo.update_epochs=20",
                 "algo.gae_lambda=0.8", "algo.discount=0.98", "algo.entropy_coef=0", "algo.learning_rate=1e-3",
                 "algo.clip_value=false")
+# rl-zoo's tuned HalfCheetah PPO (SB3_ZOO_PPO's, its HalfCheetah-v3 entry): 1 env x 512 steps, 8 minibatches of 64, 20
+# epochs, gamma 0.98, GAE 0.92, a constant lr 2.06e-5, clip 0.1, log std -2 at the start, relu 256 x 256, VecNormalize
+# (SB3's non-orthogonal init is the one setting lightspeed's PPO does not take)
+ZOO_HALFCHEETAH = ("algo.num_envs=1", "algo.rollout_length=512", "algo.num_minibatches=8", "algo.update_epochs=20",
+                   "algo.discount=0.98", "algo.gae_lambda=0.92", "algo.learning_rate=2.0633e-5",
+                   "algo.lr_decay_env_steps=0", "algo.entropy_coef=0.000401762", "algo.clip_eps=0.1",
+                   "algo.clip_value=false", "algo.max_grad_norm=0.8", "algo.value_coef=0.58096",
+                   "algo.log_std_init=-2", "algo.activation=relu", "algo.hidden_sizes=[256,256]",
+                   "algo.normalize_observations=true", "algo.scale_rewards=true", "eval_episodes=10")
 PUREJAXRL_CHILD = Path(__file__).resolve().parent / "purejaxrl_ppo.py"
 
 
@@ -85,10 +95,10 @@ TASKS = {
     "cartpole": Task({"cartpole": "CartPole-v1", "gymnasium": "CartPole-v1"}, 475.0, 500_000, 51_200, (),
                      ("single", "purejaxrl", "threads", "zoo", "sb3"), 10, "CartPole-v1", None,
                      (ZOO_CARTPOLE, 100_000)),
-    "pendulum": Task({"gymnax": "Pendulum-v1", "gymnasium": "Pendulum-v1"}, -250.0, 1_024_000, 65_536, PENDULUM,
+    "pendulum": Task({"gymnax": "Pendulum-v1", "gymnasium": "Pendulum-v1"}, -250.0, 999_424, 249_856, PENDULUM,
                      ("single", "threads", "sb3"), 10, "Pendulum-v1", None),
-    "halfcheetah": Task({"gymnasium": "HalfCheetah-v5"}, None, 300_000, 50_000, HALFCHEETAH, ("threads", "sb3"), 3,
-                        "HalfCheetah-v5", 300_000),
+    "halfcheetah": Task({"gymnasium": "HalfCheetah-v5"}, None, 300_000, 50_176, HALFCHEETAH, ("threads", "zoo", "sb3"),
+                        3, "HalfCheetah-v5", 300_000, (ZOO_HALFCHEETAH, 300_000)),
     "minatar": Task({"minatar": "Breakout-MinAtar"}, None, 2_000_000, 200_000, (), ("single",), 2, None, None),
 }
 HEADER = ["run", "seeds", "final IQM [95% CI]", "final min", "finals >= bar", "env steps per seed",

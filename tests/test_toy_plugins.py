@@ -695,3 +695,24 @@ def test_a_discrete_algorithm_is_refused_on_box_actions(runs, shape):
     assert message.startswith("Invalid config: env=") and "Box(shape=" in message
     assert "algo=dqn acts in discrete action spaces only" in message
     assert not (runs / f"refused-{shape}" / "metrics.jsonl").exists()
+
+
+# a hand-written controller's return on reach (straight at the target at full speed: -2.38 over 4,000 episodes) and
+# a uniformly random policy's (-41.5), by a numpy simulation of reach's dynamics
+STRAIGHT_AT_THE_TARGET, RANDOM_ACTIONS = -2.38, -41.5
+
+
+@pytest.mark.slow
+def test_ppo_learns_the_users_own_box_env_with_its_defaults(tmp_path):
+    """`algo=ppo` on reach, a 2-D Box env of a package the project never names, with every PPO default: each of ten
+    seeds' final 100-episode greedy return is within 1.6 of the straight-line controller's (measured 2026-12-07 at
+    seed=2027: min -2.60, mean -2.44, in 32 s)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    write_site(site)
+    run = tmp_path / "run"
+    result = finish(start_python("algo=ppo", "env=reach", "num_seeds=10", "seed=2027", "progress=false",
+                                 f"hydra.run.dir={run}", env=plugin_env(site)))
+    assert result["returncode"] == 0, result["stderr"]
+    finals = [seed["final_eval_return"] for seed in json.loads((run / "summary.json").read_text())["seeds"]]
+    assert min(finals) >= STRAIGHT_AT_THE_TARGET - 1.6 > RANDOM_ACTIONS, finals
