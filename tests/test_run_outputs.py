@@ -95,3 +95,9 @@ def test_a_recorded_episode_is_the_evaluations_first_episode():
         states, rewards, steps = record(0.5, key)
         assert float(np.asarray(rewards).sum()) == returns[0] == int(steps)
         assert jax.tree.leaves(states)[0].shape[0] == env.max_episode_steps(env_params) + 1
+
+
+def test_run_log_holds_every_line_the_run_printed(short_run):
+    """run.log, which the last lines and the docs point to, is the run's printed log, line for line."""
+    run_dir, lines = short_run
+    assert (run_dir / "run.log").read_text().strip().splitlines() == lines  # as the fixture strips stdout

@@ -11,6 +11,7 @@ from framework.anakin.trainer import train_single_program
 from framework.core import registry
 from framework.core.config import validated
 from framework.core.devices import check_num_devices, initialize_distributed, jax_options
+from framework.run.progress import run_log
 from framework.sebulba.trainer import train_host
 
 
@@ -23,7 +24,7 @@ def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
     train_cfg = validated(cfg)
     initialize_distributed(train_cfg.distributed)
     check_num_devices(train_cfg.num_devices)
-    with jax_options(train_cfg.compilation_cache, train_cfg.matmul_precision):
+    with jax_options(train_cfg.compilation_cache, train_cfg.matmul_precision), run_log(run_dir):
         env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
         if getattr(env, "host", False):  # stepped in Python: actors and learner apart
             return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)

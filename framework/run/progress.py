@@ -1,5 +1,10 @@
-"""A rich progress bar with env steps, steps/s and the latest evaluation return."""
+"""A rich progress bar with env steps, steps/s and the latest evaluation return; the run's printed lines, also
+kept in its run dir's run.log."""
+import contextlib
+import logging
 import sys
+from pathlib import Path
+from typing import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,5 +36,23 @@ class ProgressBar:
         self.progress.update(self.task, completed=env_steps, **fields)
 
 
+RUN_LOG = logging.getLogger("lightspeed.run")
+RUN_LOG.setLevel(logging.INFO)
+RUN_LOG.propagate = False  # the root logger's handlers (Hydra's console one) would print every line twice
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path) -> Iterator[None]:
+    """While the run lasts, every printed line is appended to run_dir/run.log too, as it was printed."""
+    handler = logging.FileHandler(run_dir / "run.log", mode="a", encoding="utf-8")
+    RUN_LOG.addHandler(handler)
+    try:
+        yield
+    finally:
+        RUN_LOG.removeHandler(handler)
+        handler.close()
+
+
 def print_line(text: str) -> None:
     print(text, file=sys.stdout, flush=True)
+    RUN_LOG.info(text)
