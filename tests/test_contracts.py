@@ -175,6 +175,17 @@ def test_the_log_line_shows_the_metrics_the_algorithm_names():
     assert line.endswith("mean Q 3  loss 0.25")
 
 
+def test_a_loss_before_the_first_update_reads_not_started_and_a_nan_after_it_stays_nan():
+    headline = (("train/loss", "loss"),)
+    before = {"env_steps": 1024, "perf/env_steps_per_second": 1000.0, "learner/updates": 0, "train/loss": None}
+    assert format_line(before, None, headline, "learner/updates").endswith("loss not started")
+    assert format_line({**before, "train/loss": float("nan")}, None, headline, "learner/updates").endswith(
+        "loss not started")
+    after = {**before, "learner/updates": 8, "train/loss": float("nan")}
+    assert format_line(after, None, headline, "learner/updates").endswith("loss nan")
+    assert format_line({**after, "train/loss": 0.5}, None, headline, "learner/updates").endswith("loss 0.5")
+
+
 PLUGIN = '''
 """A third-party algorithm with health metrics but no learner_steps."""
 import dataclasses

@@ -22,9 +22,11 @@ def rate_name(counter: str) -> str:
     return f"perf/{counter.replace('/', '_')}_per_second"
 
 
-def format_line(record: dict, solved: Optional[str], headline_metrics: tuple[tuple[str, str], ...] = ()) -> str:
+def format_line(record: dict, solved: Optional[str], headline_metrics: tuple[tuple[str, str], ...] = (),
+                learner_steps: Optional[str] = None) -> str:
     """One log line: env steps, speed, the evaluation across seeds, how many are solved, and the few metrics
-    the algorithm names as its headline, as (metric, label) pairs (the rest goes to metrics.jsonl)."""
+    the algorithm names as its headline, as (metric, label) pairs (the rest goes to metrics.jsonl). While the
+    `learner_steps` metric is still 0, a learner's metric that has no value yet reads "not started", not NaN."""
     parts = [f"{record['env_steps']:>11,} env steps", f"{record['perf/env_steps_per_second']:>10,.0f} steps/s"]
     if "eval/return" in record:
         per_seed = record["eval/return_per_seed"]
@@ -32,8 +34,16 @@ def format_line(record: dict, solved: Optional[str], headline_metrics: tuple[tup
         parts.append(f"eval {record['eval/return']:.4g}{spread}")
     if solved is not None:
         parts.append(f"solved {solved}")
-    parts += [f"{label} {record[key]:.4g}" for key, label in headline_metrics if key in record]
+    not_started = learner_steps is not None and record.get(learner_steps) == 0
+    parts += [f"{label} {headline_value(record[key], not_started)}" for key, label in headline_metrics if key in record]
     return "  ".join(parts)
+
+
+def headline_value(value: Optional[float], not_started: bool) -> str:
+    """A metric as the log line shows it; one with no value yet (null in metrics.jsonl, or NaN) before the
+    learner's first update is "not started": after it, a NaN is a NaN."""
+    value = float("nan") if value is None else value
+    return "not started" if not_started and value != value else f"{value:.4g}"
 
 
 def summarize(seeds: list[dict], progress: dict, compile_seconds: float, wall_seconds: float, train_cfg: TrainConfig,

@@ -162,7 +162,8 @@ class RunLoop:
         self.loggers.log(record)
         self.progress.metrics_lines += 1
         if self.writer:
-            print_line(format_line(record, self.solved(), self.algorithm.headline_metrics))
+            print_line(format_line(record, self.solved(), self.algorithm.headline_metrics,
+                                   self.algorithm.learner_steps))
 
     def checkpoint(self, env_steps: int, state: Any, counters: Optional[dict] = None) -> None:
         """A checkpoint of the device state, this loop's progress and history, the runtime's counters and the best
