@@ -18,7 +18,7 @@ from algorithms.common.dqn_family import Exploration, FamilySettings, Prioritize
 from algorithms.common.exploration import actor_epsilons
 from algorithms.common.networks import check_network_config, make_q_network
 from algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
-from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay
+from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay, replay_learning_start
 from algorithms.common.targets import huber
 from framework.core.algorithm import Algorithm, Memory
 from framework.core.devices import num_learners
@@ -92,6 +92,8 @@ class ApexConfig:
         check_number("algo.priority_alpha", self.priority_alpha, 0, 1, low_inclusive=False)  # Flashbax allows <= 1
         check_number("algo.beta_start", self.beta_start, 0, 1)
         check_network_config(self)
+
+    learning_start = replay_learning_start
 
 
 @register_algorithm("apex", config=ApexConfig)

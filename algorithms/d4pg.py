@@ -28,7 +28,13 @@ from algorithms.common.networks import select_tree
 from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
 from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
 from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import ReplayItems, check_actor_replay_sizes, count_filled, prioritized_replay
+from algorithms.common.replays import (
+    ReplayItems,
+    check_actor_replay_sizes,
+    count_filled,
+    prioritized_replay,
+    replay_learning_start,
+)
 from algorithms.common.transition import Transition
 from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
 from framework.core.errors import check, check_choice, check_number, check_positive_int
@@ -117,6 +123,8 @@ class D4PGConfig:
             sizes = getattr(self, key)
             check(len(sizes) > 0 and all(isinstance(s, int) and 1 <= s <= MAX_WIDTH for s in sizes), f"algo.{key}",
                   list(sizes), f"a non-empty list of integers from 1 to {MAX_WIDTH}")
+
+    learning_start = replay_learning_start
 
 
 class LayerNormMLP(nn.Module):

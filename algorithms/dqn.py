@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from algorithms.common.dqn_family import Exploration, FamilySettings, dqn_family_parts, greedy_act
 from algorithms.common.networks import check_network_config, make_q_network
 from algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
-from algorithms.common.replays import uniform_replay
+from algorithms.common.replays import replay_learning_start, uniform_replay
 from algorithms.common.targets import huber, squared
 from framework.core.algorithm import Algorithm, Memory
 from framework.core.errors import check, check_choice, check_number, check_positive_int
@@ -81,6 +81,8 @@ class DQNConfig:
         check_number("algo.tau", self.tau, 0, 1, low_inclusive=False)
         check_number("algo.epsilon_start", self.epsilon_start, 0, 1)
         check_number("algo.epsilon_end", self.epsilon_end, 0, 1)
+
+    learning_start = replay_learning_start
 
 
 def linear_epsilon(config: DQNConfig, env_steps: jax.Array) -> jax.Array:

@@ -18,6 +18,8 @@ CASES = {
     "cell outside the grid": ([*GRID, "env.goal=[8,0]"], ["env.goal", "[8, 0]"]),
     "algorithm that cannot use the env": (["algo=tabular_q", "env=cartpole"], ["env", "cartpole", "tabular_q"]),
     "batch larger than the buffer": (["algo.batch_size=4096", "algo.buffer_size=2048"], ["algo.batch_size", "4096"]),
+    "a budget in which learning never starts": (["algo=dqn", "algo.batch_size=5000", "total_env_steps=4096"],
+                                                ["algo.batch_size=5000", "never learn", "total_env_steps=4,096"]),
     "replay larger than memory": (["algo=dqn", "algo.buffer_size=2000000000"], ["algo.buffer_size", "free memory"]),
     "more devices than exist": (["num_devices=3"], ["num_devices", "3", "at most the 1 devices"]),
     "unknown distributed option": (["distributed=cloud"], ["distributed", "cloud", "auto, local"]),

@@ -108,6 +108,14 @@ def check_frame_ring(capacity: int, num_envs: int, stack: int, n_step: int) -> N
           "frames and n_step more")
 
 
+def replay_learning_start(config: Any) -> tuple[str, int]:
+    """A replay learner's `learning_start` (framework.core.config.check_learning_can_start): the key that sets when
+    a seed's learner first learns, and after how many env steps (a transition per env step; the first batch is
+    drawn once replay holds algo.learning_starts transitions and at least a batch)."""
+    return max(("algo.learning_starts", config.learning_starts), ("algo.batch_size", config.batch_size),
+               key=lambda pair: pair[1])
+
+
 def check_actor_replay_sizes(config: Any) -> None:
     """An actor population's replay keys (Ape-X, D4PG): one iteration's transitions fit, and so does a batch."""
     rows = config.num_actors * config.envs_per_actor

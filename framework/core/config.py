@@ -299,7 +299,20 @@ def validated(cfg: DictConfig) -> TrainConfig:
     train.distributed.validate()
     train.env.validate()
     train.algo.validate()
+    check_learning_can_start(train)
     return train
+
+
+def check_learning_can_start(train: TrainConfig) -> None:
+    """Refuse a run whose learner would never update: an algorithm config's optional `learning_start()` names the
+    key that sets when a seed's learner first learns, and after how many of the seed's env steps."""
+    learning_start = getattr(train.algo, "learning_start", None)
+    if learning_start is None:
+        return
+    key, env_steps = learning_start()
+    check(env_steps < train.total_env_steps, key, getattr(train.algo, key.removeprefix("algo.")),
+          f"a value that lets the learner start within total_env_steps={train.total_env_steps:,} (or a longer run)",
+          f"each seed's learner first learns after {env_steps:,} env steps, so this run would never learn")
 
 
 def chunk_updates(train: TrainConfig, env_steps_per_update: int) -> tuple[int, int]:
