@@ -34,14 +34,22 @@ CASES = {
 
 @pytest.mark.parametrize("overrides, expected", CASES.values(), ids=CASES.keys())
 def test_bad_input_is_one_clear_paragraph(overrides, expected, tmp_path):
-    result = run_cli(*overrides, run_dir=tmp_path, timeout=120)
+    result = run_cli(*overrides, run_dir=tmp_path / "run", timeout=120)
     assert result.returncode == 2, result.stderr  # 2: a config error (3: a diverged run, 1: a crash)
     assert "Traceback" not in result.stderr + result.stdout
     message = result.stderr.strip()
     assert message.startswith("Invalid config: ") and "\n" not in message, message
     for piece in expected:
         assert piece in message, f"{piece!r} not in {message!r}"
-    assert not (tmp_path / "metrics.jsonl").exists(), "the run started despite the bad input"
+    assert not (tmp_path / "run").exists(), "a refused run left its folder"
+
+
+def test_a_refused_run_keeps_a_run_dir_that_holds_more_than_hydras_files(tmp_path):
+    """Only a dir holding nothing but what the refused job wrote goes: one with anything else (a checkpoint) stays."""
+    (tmp_path / "checkpoints").mkdir()
+    result = run_cli("algo=dqn", "algo.batch_size=5000", "total_env_steps=4096", run_dir=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == [".hydra", "checkpoints", "run.log"]
 
 
 def test_unwritable_run_dir_is_reported_before_anything_runs(tmp_path):

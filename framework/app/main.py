@@ -3,6 +3,7 @@ Hydra sees it, composes the config from conf/ (shipped with the package) and run
 turning each kind of failure into its one paragraph and exit status."""
 import logging
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -39,6 +40,25 @@ def stopped_message(summary: dict, hydra_cfg: Any, multirun: bool) -> str:
             f"(\"interrupted\": true) are in {run_dir}; continue with resume=true: {command}")
 
 
+# what a job's dir holds before training starts: Hydra's files, then the resolved config.yaml of the run dir's opening
+STARTING_FILES = {".hydra", "run.log", "config.yaml"}
+
+
+def remove_refused_run_dir(run_dir: Path) -> None:
+    """A run refused before it started leaves no folder: its dir goes when it holds only what a run writes before
+    training (a dir with anything else, a checkpoint to resume from say, stays), then the date folder of Hydra's
+    default outputs/<date>/<time> layout and outputs/ itself once empty."""
+    if not run_dir.is_dir() or not {entry.name for entry in run_dir.iterdir()} <= STARTING_FILES:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if run_dir.parent.parent.name == "outputs":
+        for empty in (run_dir.parent, run_dir.parent.parent):
+            try:
+                empty.rmdir()
+            except OSError:  # not empty: other runs live there
+                return
+
+
 LAUNCH_TIME: Optional[float] = None  # set by main(): when the process started, before its heavy imports
 
 
@@ -55,6 +75,7 @@ def run_job(cfg: DictConfig) -> float | None:
         summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group)
     except (ConfigError, PluginError) as error:  # bad input, or a plugin's bug: found before compiling
         print(error, file=sys.stderr)
+        remove_refused_run_dir(Path(hydra_cfg.runtime.output_dir))
         if multirun:  # Hydra records the failed job, runs the others and exits non-zero at the end
             reason = (f"the {error.kind} {error.name!r} is broken" if isinstance(error, PluginError)
                       else "invalid config")
