@@ -1,6 +1,6 @@
 """Atari 2600 games through the Arcade Learning Environment's C++ vector env (ale-py), stepped by actor threads.
 
-    python run.py algo=apex env=atari env.id=Pong          # pip install -e ".[atari]"
+    python run.py algo=apex env=atari env.id=Pong          # pip install "lightspeed[atari]"
     python run.py algo=dqn env=atari env.id=Breakout env.sticky_actions=0.25
 
 The field's protocol (Mnih et al. 2015; Machado et al. 2018 for sticky actions), all done by the engine in C++:
@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.gymnasium_vector import HostVectorEnv
-from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.core.errors import ConfigError, check, check_choice, check_installed, check_number, check_positive_int
 from framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     MAX_VECTOR_ENVS,
@@ -86,11 +86,8 @@ def camel_case(rom: str) -> str:
 def check_game(config: AtariConfig) -> None:
     """ale-py installed and `config.id` one of its ROMs (they ship in its wheel), else a one-paragraph error."""
     config.validate()
-    try:
-        from ale_py import roms
-    except ModuleNotFoundError:
-        raise ConfigError("env", "atari", 'ale-py installed: pip install -e ".[atari]"',
-                          "the Arcade Learning Environment (ale-py) is not installed") from None
+    check_installed("ale_py", "atari", "env", "atari")
+    from ale_py import roms
     games = sorted(camel_case(rom) for rom in roms.get_all_rom_ids())
     if rom_id(config.id) not in roms.get_all_rom_ids():
         close = difflib.get_close_matches(config.id, games, n=3, cutoff=0.5)

@@ -55,8 +55,8 @@ KNOWN_IDS = tuple(f"MinAtar/{game}-v{version}" for game in MINATAR_GAMES for ver
 # MinAtar registers no step cap; gymnax's MinAtar envs stop at these
 MINATAR_STEP_CAP, MINATAR_STEP_CAPS = 1000, {"Freeway": 2500}
 # the pip install that brings a missing module, by its top-level name
-PIP_EXTRAS = {"minatar": "lightspeed[minatar]", "ale_py": "gymnasium[atari]", "Box2D": "gymnasium[box2d]",
-              "mujoco": "gymnasium[mujoco]", "pygame": "gymnasium[classic-control]"}
+PIP_EXTRAS = {"minatar": "lightspeed[minatar]", "ale_py": "lightspeed[atari]", "Box2D": "gymnasium[box2d]",
+              "mujoco": "lightspeed[mujoco]", "pygame": "gymnasium[classic-control]"}
 START_TIMEOUT_S = 120.0  # a worker's start imports and builds its envs: a slower answer than a step's
 CLOSE_GRACE_S = 1.0  # how long close() waits for workers to close their envs before terminating them
 

@@ -20,7 +20,7 @@ import numpy as np
 from flax import struct
 
 from framework.core.env import Environment, StepResult
-from framework.core.errors import ConfigError, check, check_number
+from framework.core.errors import ConfigError, check, check_installed, check_number
 from framework.core.registry import register_env
 from framework.core.spaces import Space, from_gymnasium
 
@@ -152,6 +152,7 @@ class GymnaxEnv(Environment):
 
 @register_env("gymnax", config=GymnaxConfig)
 def make_gymnax(config: GymnaxConfig) -> tuple[GymnaxEnv, Any]:
+    check_installed("gymnax", "gymnax", "env", config.name)
     import gymnax  # ~1 s, and only for this env
     from gymnax.environments import spaces
 

@@ -1,6 +1,6 @@
 """Bad input through run.py: non-zero exit, one paragraph naming the key, never a traceback."""
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli, run_python
 
 GRID = ["algo=tabular_q", "env=gridworld"]
 CASES = {
@@ -58,3 +58,24 @@ def test_unwritable_run_dir_is_reported_before_anything_runs(tmp_path):
     result = run_cli("total_env_steps=1000", run_dir=blocker / "run", timeout=120)
     assert result.returncode == 2
     assert "hydra.run.dir" in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+WITHOUT_GYMNAX = """import runpy, sys
+sys.modules["gymnax"] = None  # an interpreter without the gymnax extra: importing it raises ImportError
+sys.path.insert(0, sys.argv.pop(1))
+sys.argv[0] = "run.py"
+runpy.run_path(sys.path[0] + "/run.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("env", ["gymnax", "minatar"])
+def test_an_env_whose_extra_is_missing_names_the_pip_install_in_one_line(env, tmp_path):
+    script = tmp_path / "without_gymnax.py"
+    script.write_text(WITHOUT_GYMNAX)
+    result = run_python(str(ROOT), f"env={env}", "progress=false", f"hydra.run.dir={tmp_path / 'run'}",
+                        script=script, timeout=120)
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip()
+    assert "Traceback" not in message and "\n" not in message, message
+    assert message.endswith('pip install "lightspeed[gymnax]".') and "gymnax is not installed" in message
+    assert not (tmp_path / "run").exists()

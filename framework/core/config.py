@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from framework.core import registry
-from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int
+from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int, install_hint
 
 
 def conf_dir() -> Path:
@@ -52,7 +52,7 @@ class LoggerConfig:
         check_positive_int("logger.init_timeout", self.init_timeout)
         if self.tensorboard:
             check(importlib.util.find_spec("tensorboardX") is not None, "logger", self.name,
-                  "console or wandb, or install the tensorboard extra: pip install -e '.[tensorboard]'",
+                  f"console or wandb, or install the tensorboard extra: {install_hint('tensorboard')}",
                   "tensorboardX is not installed")
 
 
@@ -242,7 +242,7 @@ class TrainConfig:
             # plain `pip install ray` lacks grpcio, without which a local head refuses its client server port
             missing = [name for name in ("ray", "grpc") if importlib.util.find_spec(name) is None]
             check(not missing, "actors", self.actors, "threads (actor threads in this process), or ray once it is "
-                  "installed: pip install -e '.[ray]' (ray[client])", f"{' and '.join(missing)} not installed")
+                  f"installed: {install_hint('ray')} (ray[client])", f"{' and '.join(missing)} not installed")
             self.ray.validate()
         check_choice("nan_policy", self.nan_policy, NAN_POLICIES)
         if self.matmul_precision is not None:

@@ -22,6 +22,23 @@ def check(condition: bool, key: str, value: Any, allowed: str, reason: str = "")
         raise ConfigError(key, value, allowed, reason)
 
 
+def install_hint(extra: str) -> str:
+    """How a user installs one of the project's extras, wherever they stand (not only in the repository)."""
+    return f'pip install "lightspeed[{extra}]"'
+
+
+def check_installed(module: str, extra: str, key: str, value: Any) -> None:
+    """A one-paragraph ConfigError naming the extra to install unless `module` can be imported."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module blocked with sys.modules[name] = None
+        found = False
+    check(found, key, value, f"an option whose dependencies are installed: {install_hint(extra)}",
+          f"{module} is not installed")
+
+
 def _is_number(value: Any) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
             and abs(value) != float("inf"))
