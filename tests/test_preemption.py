@@ -3,10 +3,12 @@ chunk finishes, a checkpoint and summary.json are written, exit status 143, and 
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from conftest import run_cli, start_python
+import pytest
+from conftest import ROOT, run_cli, start_python
 
 # long enough to be still training when the signal comes, small enough to resume to the end in seconds
 # (30 chunks of 2048 env steps: DQN's updates step 128 envs); no periodic checkpoints: the signal must write one
@@ -102,3 +104,28 @@ def test_sigterm_on_the_host_path_stops_every_worker_checkpoints_and_resumes(tmp
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["interrupted"] is False and summary["env_steps"] == 16384
+
+
+SIGNALLED_TWICE = """import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from framework.run.common import StopRequest
+with StopRequest() as stop:
+    os.kill(os.getpid(), signal.SIG{name})
+    time.sleep(0.2)  # the first one handled: a stop requested, the loop would finish its chunk
+    assert stop.requested
+    os.kill(os.getpid(), signal.SIG{name})
+    time.sleep(10)
+"""
+
+
+@pytest.mark.parametrize("name, status", [("INT", 130), ("TERM", 143)])
+def test_a_second_signal_aborts_in_one_line(name, status, tmp_path):
+    """Ctrl-C (or SIGTERM) twice: the first asks for a checkpoint after the chunk, the second ends the process at
+    once with the shell's status for the signal and one line saying so, no traceback."""
+    script = tmp_path / "twice.py"
+    script.write_text(SIGNALLED_TWICE.replace("{name}", name))
+    result = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == status, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and "finishing this chunk" in lines[0] and "Traceback" not in result.stderr, lines
+    assert "again: aborted at once" in lines[1] and "atomically" in lines[1]

@@ -126,12 +126,10 @@ class StopRequest:
         return self.signal is not None
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second signal stops at once
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
+        if self.requested:  # a second signal stops at once, in one line (no traceback through the training loop)
+            print(f"{STOP_SIGNALS[signal.Signals(signum)]} again: aborted at once, without a checkpoint of this chunk "
+                  "(checkpoints are written atomically: the last one written is whole)", file=sys.stderr, flush=True)
+            os._exit(128 + signum)  # the shell's status for a signal's default action: 130 for Ctrl-C
         self.signal = signal.Signals(signum)
         print(f"{STOP_SIGNALS[self.signal]}: finishing this chunk, then a checkpoint and the summary "
               f"({STOP_SIGNALS[self.signal]} again to abort)", file=sys.stderr, flush=True)
