@@ -74,7 +74,11 @@ class _MovedModules(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: object = None,
                   target: object = None) -> Optional[importlib.machinery.ModuleSpec]:
         new_name = MOVED.get(fullname)
-        return importlib.util.spec_from_loader(fullname, _MovedModule(new_name)) if new_name else None
+        if new_name is None:
+            return None
+        # the new module's file as origin: `python -m` puts it in sys.argv[0] (None there broke JAX's cache key)
+        origin = importlib.util.find_spec(new_name).origin
+        return importlib.util.spec_from_loader(fullname, _MovedModule(new_name), origin=origin)
 
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import compose_config, run_cli
+from conftest import compose_config, run_cli, run_python
 from PIL import Image
 
 import envs
@@ -101,3 +101,12 @@ def test_run_log_holds_every_line_the_run_printed(short_run):
     """run.log, which the last lines and the docs point to, is the run's printed log, line for line."""
     run_dir, lines = short_run
     assert (run_dir / "run.log").read_text().strip().splitlines() == lines  # as the fixture strips stdout
+
+
+def test_the_path_before_the_layout_by_shape_still_evaluates(short_run):
+    """`python -m framework.evaluate RUN_DIR`, the command of older docs (framework/__init__.py's moved modules),
+    plays the run's policies as framework.tools.evaluate does."""
+    run_dir, _ = short_run
+    result = run_python(str(run_dir), "--episodes", "1", module="framework.evaluate")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "mean over seeds" in result.stdout
