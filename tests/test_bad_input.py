@@ -13,6 +13,9 @@ CASES = {
     "not a number": (["algo.learning_rate=nan"], ["algo.learning_rate", "nan", "finite"]),
     "zero size": ([*GRID, "algo.num_agents=0"], ["algo.num_agents", "0", ">= 1"]),
     "unknown key": (["algo.foo=1"], ["algo.foo"]),
+    "misspelt key": (["algo=dqn", "algo.learning_rat=0.001"], ["algo.learning_rat", "did you mean algo.learning_rate"]),
+    "misspelt run key": (["total_env_step=20000"], ["total_env_step", "did you mean total_env_steps"]),
+    "misspelt option": (["algo=dqnn"], ["algo='dqnn'", "did you mean dqn"]),
     "wall on the start cell": ([*GRID, "env.walls=[[7,11]]"], ["env.start", "[7, 11]", "wall"]),
     "walls enclose the goal": ([*GRID, "env.walls=[[0,1],[1,0]]"], ["env.walls", "goal"]),
     "cell outside the grid": ([*GRID, "env.goal=[8,0]"], ["env.goal", "[8, 0]"]),
@@ -39,6 +42,7 @@ def test_bad_input_is_one_clear_paragraph(overrides, expected, tmp_path):
     assert "Traceback" not in result.stderr + result.stdout
     message = result.stderr.strip()
     assert message.startswith("Invalid config: ") and "\n" not in message, message
+    assert "+" not in message, message  # not Hydra's hint to add the key
     for piece in expected:
         assert piece in message, f"{piece!r} not in {message!r}"
     assert not (tmp_path / "run").exists(), "a refused run left its folder"

@@ -1,4 +1,5 @@
 """Command-line checks that run before Hydra: clear one-paragraph errors, no tracebacks."""
+import difflib
 import string
 import sys
 from pathlib import Path
@@ -7,7 +8,7 @@ from typing import Sequence
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from framework.core import registry
@@ -15,6 +16,7 @@ from framework.core.config import CONF_DIR
 from framework.core.errors import ConfigError, check_writable_dir
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+GROUPS = ("algo", "env", "logger", "distributed", "sweep")  # the groups a command line picks options of
 
 
 class ComposeError(ValueError):
@@ -40,12 +42,19 @@ def check_group_choices(overrides: Sequence[str]) -> None:
     the known ones."""
     for override in overrides:
         group, separator, value = override.lstrip("+~").partition("=")
-        if not separator or group not in ("algo", "env", "logger", "distributed", "sweep"):
+        if not separator or group not in GROUPS:
             continue
         known = group_options(group)
         for choice in _split_choices(value):
             if choice not in known:
-                raise ConfigError(group, choice, f"one of {', '.join(known)}", f"unknown {group} option")
+                raise ConfigError(group, choice, f"one of {', '.join(known)}",
+                                  f"unknown {group} option{did_you_mean(choice, known)}")
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """"; did you mean x?" for the known names closest to a misspelt one, "" when none is close."""
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.7)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _one_paragraph(error: Exception) -> str:
@@ -68,7 +77,37 @@ def check_composes(overrides: Sequence[str]) -> DictConfig:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
             return compose("config", overrides=_plain(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as error:
+        check_keys_exist(overrides)  # a misspelt key: the known keys closest to it, not Hydra's "add it with +"
         raise ComposeError(_one_paragraph(error)) from None
+
+
+def flat_keys(node, prefix: str = "") -> list[str]:
+    """Every key of a composed config, dotted (a list's items not included)."""
+    if not isinstance(node, DictConfig):
+        return []
+    keys = []
+    for name in node.keys():
+        key = f"{prefix}{name}"
+        value = node._get_node(name)
+        keys += [key, *([] if isinstance(value, ListConfig) else flat_keys(value, key + "."))]
+    return keys
+
+
+def check_keys_exist(overrides: Sequence[str]) -> None:
+    """Each key set on the command line (not added with + or ++) must be a key of the config its group choices
+    compose; a misspelt one is refused with the closest known keys."""
+    plain = _plain(overrides)
+    choices = [o for o in plain if o.partition("=")[0].lstrip("+~") in GROUPS]
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
+            known = flat_keys(compose("config", overrides=choices))
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return  # the group choices alone do not compose: Hydra's own message says why
+    for override in plain:
+        key, separator, value = override.partition("=")
+        if separator and not key.startswith(("+", "~")) and key not in GROUPS and key not in known:
+            raise ConfigError(key, value, "a key of the config (python run.py --help lists the groups; "
+                              "docs/configuration.md every key)", f"unknown key{did_you_mean(key, known)}")
 
 
 HELP_FLAGS = ("--help", "-h")
