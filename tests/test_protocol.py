@@ -192,5 +192,6 @@ def test_the_log_shows_the_headline_numbers_and_the_result(short_run):
     lines = stdout.strip().splitlines()
     # the log's own lines are short; the closing lines hold the run dir, as long as the machine's tmp path
     assert all(len(line) < 160 for line in lines if not line.startswith(("outputs in", "play the saved")))
-    assert "env steps" in lines[0] and "eval" in lines[0] and "loss" in lines[-4]
+    log = [line for line in lines if not line.startswith("settings: ")]  # conf/algo_env's file, named first
+    assert "env steps" in log[0] and "eval" in log[0] and "loss" in lines[-4]
     assert lines[-3].startswith("final greedy return") and "over 6 episodes per seed" in lines[-3]  # then the outputs

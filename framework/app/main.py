@@ -72,7 +72,8 @@ def run_job(cfg: DictConfig) -> float | None:
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if multirun else None
     try:
-        summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group)
+        summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group,
+                        hydra_cfg.runtime.choices.get("algo_env"))
     except (ConfigError, PluginError) as error:  # bad input, or a plugin's bug: found before compiling
         print(error, file=sys.stderr)
         remove_refused_run_dir(Path(hydra_cfg.runtime.output_dir))

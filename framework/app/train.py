@@ -1,6 +1,7 @@
 """A run from a composed config: validate, build the env and algorithm, then hand them to the driver of their
 shape: the single program (framework/anakin) for a JAX env, actors and learner apart (framework/sebulba) for
 an env stepped on the host."""
+import re
 import time
 from pathlib import Path
 from typing import Optional
@@ -9,22 +10,36 @@ from omegaconf import DictConfig
 
 from framework.anakin.trainer import train_single_program
 from framework.core import registry
-from framework.core.config import validated
+from framework.core.config import CONF_DIR, validated
 from framework.core.devices import check_num_devices, initialize_distributed, jax_options
-from framework.run.progress import run_log
+from framework.run.progress import print_line, run_log
 from framework.sebulba.trainer import train_host
 
 
+def applied_settings_line(algo_env: Optional[str]) -> Optional[str]:
+    """The run's first line: which conf/algo_env file retuned the algorithm for this env, what its first comment
+    says it is, and how to leave it out; None where the optional file does not exist (or was left out)."""
+    path = CONF_DIR / "algo_env" / f"{algo_env}.yaml"
+    if not algo_env or not path.is_file():
+        return None
+    comments = [line[2:] for line in path.read_text().splitlines() if line.startswith("# ") and "@package" not in line]
+    what = re.split(r":| \(|,", comments[0], maxsplit=1)[0].strip() if comments else algo_env
+    return f"settings: conf/algo_env/{algo_env}.yaml, {what} (~algo_env leaves them out)"
+
+
 def train(cfg: DictConfig, run_dir: Path, launch_time: Optional[float] = None,
-          sweep_group: Optional[str] = None) -> dict:
+          sweep_group: Optional[str] = None, algo_env: Optional[str] = None) -> dict:
     """Validate, build, compile and run; write metrics, summary, plots, policies and checkpoints into `run_dir`.
-    Returns the run's summary (what summary.json holds)."""
+    `algo_env` names the conf/algo_env file the config applied, said at the start. Returns the run's summary (what
+    summary.json holds)."""
     launch_time = time.time() if launch_time is None else launch_time
     seconds = lambda: time.time() - launch_time
     train_cfg = validated(cfg)
     initialize_distributed(train_cfg.distributed)
     check_num_devices(train_cfg.num_devices)
     with jax_options(train_cfg.compilation_cache, train_cfg.matmul_precision), run_log(run_dir):
+        if settings := applied_settings_line(algo_env):
+            print_line(settings)
         env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
         if getattr(env, "host", False):  # stepped in Python: actors and learner apart
             return train_host(train_cfg, cfg, env, algorithm, run_dir, seconds, sweep_group)
