@@ -241,7 +241,8 @@ def test_ray_or_its_client_extra_missing_is_a_config_error_before_anything_start
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == missing else find_spec(name))
-    with pytest.raises(ConfigError, match=rf"actors='ray' \({missing} not installed\).*\[ray\]' \(ray\[client\]\)"):
+    expected = rf"actors='ray' \({missing} not installed\).*pip install \"lightspeed\[ray\]\" \(ray\[client\]\)"
+    with pytest.raises(ConfigError, match=expected):
         TrainConfig(actors="ray").validate()
 
 

@@ -41,10 +41,21 @@ RUN_LOG.setLevel(logging.INFO)
 RUN_LOG.propagate = False  # the root logger's handlers (Hydra's console one) would print every line twice
 
 
+class RunLogFile(logging.FileHandler):
+    """run.log, opened at the first line (a run called from Python makes its run dir after it starts)."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 @contextlib.contextmanager
 def run_log(run_dir: Path) -> Iterator[None]:
     """While the run lasts, every printed line is appended to run_dir/run.log too, as it was printed."""
-    handler = logging.FileHandler(run_dir / "run.log", mode="a", encoding="utf-8")
+    handler = RunLogFile(run_dir / "run.log")
     RUN_LOG.addHandler(handler)
     try:
         yield
