@@ -1,6 +1,9 @@
-"""Advantages as small pure functions (rlax style): GAE(lambda) over a block and their per-minibatch normalisation."""
+"""Advantages as small pure functions (rlax style): GAE(lambda) over a block and their per-minibatch normalisation
+(its masked means policy_losses.masked_mean)."""
 import jax
 import jax.numpy as jnp
+
+from algorithms.common.policy_losses import masked_mean
 
 
 def gae(rewards: jax.Array, values: jax.Array, next_values: jax.Array, terminated: jax.Array, done: jax.Array,
@@ -26,7 +29,6 @@ def gae(rewards: jax.Array, values: jax.Array, next_values: jax.Array, terminate
 def normalized(advantages: jax.Array, mask: jax.Array) -> jax.Array:
     """The advantages less their mean, over their std (both over the steps where `mask` is 1), as CleanRL's
     per-minibatch normalisation; an all-zero mask divides by one step, not zero."""
-    count = jnp.maximum(mask.sum(), 1.0)
-    mean = (advantages * mask).sum() / count
-    std = jnp.sqrt((jnp.square(advantages - mean) * mask).sum() / count)
+    mean = masked_mean(advantages, mask)
+    std = jnp.sqrt(masked_mean(jnp.square(advantages - mean), mask))
     return (advantages - mean) / (std + 1e-8)  # 1e-8: a minibatch of equal advantages gives zeros, not NaNs

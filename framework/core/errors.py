@@ -2,6 +2,7 @@
 value, exit status 2), PluginError (an env or algorithm that breaks the framework's contract, exit status
 2), TrainingDiverged (a non-finite loss or Q-value, exit status 3) and HostRunError (a host env or an actor or
 learner thread failed, exit status 4)."""
+import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,6 @@ def install_hint(extra: str) -> str:
 
 def check_installed(module: str, extra: str, key: str, value: Any) -> None:
     """A one-paragraph ConfigError naming the extra to install unless `module` can be imported."""
-    import importlib.util
-
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or a module blocked with sys.modules[name] = None
