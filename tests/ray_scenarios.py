@@ -50,8 +50,10 @@ PPO_SMALL = ["algo=ppo", "env=gymnasium", "algo.num_envs=3", "algo.rollout_lengt
              "eval_episodes=2", "final_eval_episodes=2", "progress=false", "runtime.max_policy_lag=4"]
 RAY = ["actors=ray", "ray.num_actors=3", "ray.num_cpus_per_actor=0.5", "ray.actor_resources.actor_slot=1",
        "runtime.timeout_s=60"]
-# one actor slot on the head, two on the second node: actors on both nodes, and a removal loses two
-HEAD_RESOURCES, NODE_RESOURCES = {"actor_slot": 1}, {"actor_slot": 2}
+# one actor slot on the head, two on the second node: actors on both nodes, and a removal loses two; PPO's run, beside
+# Ape-X's in the lockstep scenario, has slots of its own (sharing three, each could hold some and wait for the rest)
+HEAD_RESOURCES, NODE_RESOURCES = {"actor_slot": 1, "ppo_slot": 1}, {"actor_slot": 2, "ppo_slot": 2}
+PPO_RAY = [option.replace("actor_slot", "ppo_slot") for option in RAY]
 CLUSTER_SCENARIOS = ("lockstep", "sigkill", "node_removal")  # the rest start local heads: no cluster needed
 # a lost node noticed within seconds, not Ray's default ~30 s
 FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
@@ -109,7 +111,7 @@ def lockstep(cluster_args: list[str], out: Path) -> dict:
     wrong = driver(out / "wrong_token", [*SMALL, *RAY, *cluster_args[:1], f"ray.token_file={out / 'wrong_token.txt'}",
                                          "total_env_steps=768"])
     threads_run = driver(out / "lockstep_threads", [*SMALL, *lock, "runtime.num_actor_threads=3"])
-    ppo_run = driver(out / "ppo_ray", [*PPO_SMALL, *RAY, *cluster_args])
+    ppo_run = driver(out / "ppo_ray", [*PPO_SMALL, *PPO_RAY, *cluster_args])
     results = {"ray": finish(ray_run, out / "lockstep_ray"), "threads": finish(threads_run, out / "lockstep_threads"),
                "ppo": finish(ppo_run, out / "ppo_ray")}
     (out / "wrong_token.json").write_text(json.dumps(finish(wrong, out / "wrong_token")))
