@@ -10,7 +10,7 @@ import gc  # noqa: E402
 # scans of them cost ~0.3 s of startup. The trainer freezes them and re-enables it once compiled.
 gc.disable()
 
-from framework.app.main import main  # noqa: E402
+from lightspeed.framework.app.main import main  # noqa: E402
 
 if __name__ == "__main__":
     main(LAUNCH_TIME)

@@ -14,16 +14,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algorithms.common.dqn_family import Exploration, FamilySettings, Prioritized, dqn_family_parts, greedy_act
-from algorithms.common.exploration import actor_epsilons
-from algorithms.common.networks import check_network_config, make_q_network
-from algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
-from algorithms.common.replays import check_actor_replay_sizes, prioritized_replay, replay_learning_start
-from algorithms.common.targets import huber
-from framework.core.algorithm import Algorithm, Memory
-from framework.core.devices import num_learners
-from framework.core.errors import check_number, check_positive_int
-from framework.core.registry import register_algorithm
+from lightspeed.algorithms.common.dqn_family import (
+    Exploration,
+    FamilySettings,
+    Prioritized,
+    dqn_family_parts,
+    greedy_act,
+)
+from lightspeed.algorithms.common.exploration import actor_epsilons
+from lightspeed.algorithms.common.networks import check_network_config, make_q_network
+from lightspeed.algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
+from lightspeed.algorithms.common.replays import check_actor_replay_sizes, prioritized_replay, replay_learning_start
+from lightspeed.algorithms.common.targets import huber
+from lightspeed.framework.core.algorithm import Algorithm, Memory
+from lightspeed.framework.core.devices import num_learners
+from lightspeed.framework.core.errors import check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm
 
 
 @dataclasses.dataclass

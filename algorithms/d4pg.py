@@ -21,25 +21,37 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.continuous_actions import NOISES, Bounds, action_bounds, next_noise, sigma_ladder, with_noise
-from algorithms.common.distributional import atoms, mean, n_step_target
-from algorithms.common.dqn_family import PRIORITY_EPSILON, Prioritized, annealed_beta
-from algorithms.common.networks import select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
-from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
-from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import (
+from lightspeed.algorithms.common.continuous_actions import (
+    NOISES,
+    Bounds,
+    action_bounds,
+    next_noise,
+    sigma_ladder,
+    with_noise,
+)
+from lightspeed.algorithms.common.distributional import atoms, mean, n_step_target
+from lightspeed.algorithms.common.dqn_family import PRIORITY_EPSILON, Prioritized, annealed_beta
+from lightspeed.algorithms.common.networks import select_tree
+from lightspeed.algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from lightspeed.algorithms.common.optimizer import (
+    apply_gradients,
+    check_learning_rate_config,
+    clipped_adam,
+    decayed_learning_rate,
+)
+from lightspeed.algorithms.common.prioritized_replay import importance_weights, priority_metrics
+from lightspeed.algorithms.common.replays import (
     ReplayItems,
     check_actor_replay_sizes,
     count_filled,
     prioritized_replay,
     replay_learning_start,
 )
-from algorithms.common.transition import Transition
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
-from framework.core.errors import check, check_choice, check_number, check_positive_int
-from framework.core.registry import register_algorithm
-from framework.core.spaces import BOX
+from lightspeed.algorithms.common.transition import Transition
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
+from lightspeed.framework.core.errors import check, check_choice, check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm
+from lightspeed.framework.core.spaces import BOX
 
 MAX_WIDTH = 8192
 

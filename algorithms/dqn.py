@@ -10,14 +10,14 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.dqn_family import Exploration, FamilySettings, dqn_family_parts, greedy_act
-from algorithms.common.networks import check_network_config, make_q_network
-from algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
-from algorithms.common.replays import replay_learning_start, uniform_replay
-from algorithms.common.targets import huber, squared
-from framework.core.algorithm import Algorithm, Memory
-from framework.core.errors import check, check_choice, check_number, check_positive_int
-from framework.core.registry import register_algorithm
+from lightspeed.algorithms.common.dqn_family import Exploration, FamilySettings, dqn_family_parts, greedy_act
+from lightspeed.algorithms.common.networks import check_network_config, make_q_network
+from lightspeed.algorithms.common.optimizer import check_learning_rate_config, decayed_learning_rate
+from lightspeed.algorithms.common.replays import replay_learning_start, uniform_replay
+from lightspeed.algorithms.common.targets import huber, squared
+from lightspeed.framework.core.algorithm import Algorithm, Memory
+from lightspeed.framework.core.errors import check, check_choice, check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm
 
 LOSSES = {"huber": huber, "mse": squared}
 

@@ -22,17 +22,23 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.advantages import gae
-from algorithms.common.advantages import normalized as normalized_advantages
-from algorithms.common.distributions import Categorical, DiagonalGaussian
-from algorithms.common.networks import NATURE_MIN_SIZE, check_network_config, torso_features
-from algorithms.common.normalization import empty_stats, normalized, scaled, updated
-from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, decayed_learning_rate
-from algorithms.common.policy_losses import approx_kl, clipped_surrogate, masked_mean, outside_clip_range, value_errors
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
-from framework.core.errors import check, check_number, check_positive_int
-from framework.core.registry import register_algorithm
-from framework.core.spaces import BOX, DISCRETE, clip_actions
+from lightspeed.algorithms.common.advantages import gae
+from lightspeed.algorithms.common.advantages import normalized as normalized_advantages
+from lightspeed.algorithms.common.distributions import Categorical, DiagonalGaussian
+from lightspeed.algorithms.common.networks import NATURE_MIN_SIZE, check_network_config, torso_features
+from lightspeed.algorithms.common.normalization import empty_stats, normalized, scaled, updated
+from lightspeed.algorithms.common.optimizer import apply_gradients, check_learning_rate_config, decayed_learning_rate
+from lightspeed.algorithms.common.policy_losses import (
+    approx_kl,
+    clipped_surrogate,
+    masked_mean,
+    outside_clip_range,
+    value_errors,
+)
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics
+from lightspeed.framework.core.errors import check, check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm
+from lightspeed.framework.core.spaces import BOX, DISCRETE, clip_actions
 
 
 @dataclasses.dataclass

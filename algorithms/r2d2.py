@@ -25,11 +25,16 @@ import numpy as np
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import actor_epsilons, epsilon_greedy
-from algorithms.common.networks import check_network_config, select_tree
-from algorithms.common.optimizer import apply_gradients, check_learning_rate_config, clipped_adam, decayed_learning_rate
-from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.recurrent import (
+from lightspeed.algorithms.common.exploration import actor_epsilons, epsilon_greedy
+from lightspeed.algorithms.common.networks import check_network_config, select_tree
+from lightspeed.algorithms.common.optimizer import (
+    apply_gradients,
+    check_learning_rate_config,
+    clipped_adam,
+    decayed_learning_rate,
+)
+from lightspeed.algorithms.common.prioritized_replay import importance_weights, priority_metrics
+from lightspeed.algorithms.common.recurrent import (
     LSTMState,
     RecurrentQNetwork,
     make_recurrent_q_network,
@@ -37,18 +42,18 @@ from algorithms.common.recurrent import (
     unroll,
     zero_state,
 )
-from algorithms.common.replays import count_filled
-from algorithms.common.sequence_replay import (
+from lightspeed.algorithms.common.replays import count_filled
+from lightspeed.algorithms.common.sequence_replay import (
     SequenceReplay,
     SequenceReplayState,
     Sequences,
     StepRecord,
     make_sequence_replay,
 )
-from algorithms.common.sequence_targets import SequenceSteps, n_step_targets, sequence_priority
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
-from framework.core.errors import check, check_number, check_positive_int
-from framework.core.registry import register_algorithm
+from lightspeed.algorithms.common.sequence_targets import SequenceSteps, n_step_targets, sequence_priority
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Memory, Metrics
+from lightspeed.framework.core.errors import check, check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm
 
 
 @dataclasses.dataclass

@@ -13,13 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
-from algorithms.common.grid_plot import plot_grid_values
-from framework.core.algorithm import Algorithm
-from framework.core.env import EpisodeStatistics
-from framework.core.errors import check_number, check_positive_int
-from framework.core.evaluation import make_record_episode
-from framework.core.registry import register_algorithm
+from lightspeed.algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
+from lightspeed.algorithms.common.grid_plot import plot_grid_values
+from lightspeed.framework.core.algorithm import Algorithm
+from lightspeed.framework.core.env import EpisodeStatistics
+from lightspeed.framework.core.errors import check_number, check_positive_int
+from lightspeed.framework.core.evaluation import make_record_episode
+from lightspeed.framework.core.registry import register_algorithm
 
 
 @dataclasses.dataclass

@@ -43,12 +43,12 @@ def measure(num_devices: int, num_actors: int, envs_per_actor: int, rollout_leng
     import numpy as np
 
     sys.path.insert(0, str(REPO_ROOT))
-    from algorithms.apex import ApexConfig, make_apex
-    from envs import make
-    from framework.anakin.compose import single_program
-    from framework.anakin.trainer import learner_parallel_programs
-    from framework.core.devices import make_mesh
-    from framework.core.evaluation import make_evaluate
+    from lightspeed.algorithms.apex import ApexConfig, make_apex
+    from lightspeed.envs import make
+    from lightspeed.framework.anakin.compose import single_program
+    from lightspeed.framework.anakin.trainer import learner_parallel_programs
+    from lightspeed.framework.core.devices import make_mesh
+    from lightspeed.framework.core.evaluation import make_evaluate
 
     env, env_params = make("cartpole")
     config = ApexConfig(num_actors=num_actors, envs_per_actor=envs_per_actor, rollout_length=rollout_length,

@@ -54,7 +54,7 @@ def engine_rows(game: str, num_envs: int) -> tuple[list[list[str]], float]:
     """Section 1; returns its rows and the synchronous rate (env steps/s)."""
     from ale_py.vector_env import AtariVectorEnv
 
-    from envs.atari_env import rom_id
+    from lightspeed.envs.atari_env import rom_id
 
     rng = np.random.default_rng(0)
     sync = AtariVectorEnv(game=rom_id(game), num_envs=num_envs)
@@ -82,8 +82,8 @@ def engine_rows(game: str, num_envs: int) -> tuple[list[list[str]], float]:
 def atari_config(game: str, algo: str, num_envs: int, *overrides: str):
     from conftest import compose_config
 
-    from framework.anakin.trainer import build
-    from framework.core.config import validated
+    from lightspeed.framework.anakin.trainer import build
+    from lightspeed.framework.core.config import validated
 
     # Ape-X: actors of 8 envs, rollouts of 20, batches of 512 at 0.8 samples per insert; DQN: a batch of 32 per
     # 4 env steps (8 samples per insert)
@@ -135,9 +135,9 @@ def learner_rows(batch_sizes: tuple[int, ...] = (32, 512), updates: int = 4) -> 
     """Section 3: Ape-X's Nature network updates in a scan, nn.Conv against StridedConv, interleaved rounds."""
     import flax.linen as nn
 
-    from algorithms.common.networks import NATURE_LAYERS, StridedConv
-    from algorithms.common.targets import huber, td_errors
-    from algorithms.common.transition import Transition
+    from lightspeed.algorithms.common.networks import NATURE_LAYERS, StridedConv
+    from lightspeed.algorithms.common.targets import huber, td_errors
+    from lightspeed.algorithms.common.transition import Transition
 
     def flax_conv(features: int, size: int, stride: int) -> nn.Module:
         return nn.Conv(features, (size, size), (stride, stride), padding="VALID")
@@ -192,7 +192,7 @@ def learner_rows(batch_sizes: tuple[int, ...] = (32, 512), updates: int = 4) -> 
 
 def drain(reports) -> None:
     """The learner's reports, consumed until the run stops (the bench evaluates nothing)."""
-    from framework.sebulba.runtime import RuntimeStopped
+    from lightspeed.framework.sebulba.runtime import RuntimeStopped
 
     while True:
         try:
@@ -206,8 +206,8 @@ def drain(reports) -> None:
 def system_rates(game: str, algo: str, num_envs: int, window: float, windows: int) -> tuple[float, float, int]:
     """Section 4: a free-mode run's median env steps/s and learner batches/s over fixed windows once the learner
     has started, and its batch size."""
-    from framework.sebulba.runtime import BoundedQueue, StopSignal
-    from framework.sebulba.trainer import start_learner
+    from lightspeed.framework.sebulba.runtime import BoundedQueue, StopSignal
+    from lightspeed.framework.sebulba.trainer import start_learner
 
     train, env, algorithm = atari_config(game, algo, num_envs, "total_env_steps=100000000", "eval_every=100000000",
                                          "log_every=100000000")

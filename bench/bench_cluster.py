@@ -52,8 +52,8 @@ def collective_seconds() -> float:
     from jax.sharding import Mesh, PartitionSpec
 
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.core.config import DistributedConfig
-    from framework.core.devices import DEVICE_AXIS, initialize_distributed
+    from lightspeed.framework.core.config import DistributedConfig
+    from lightspeed.framework.core.devices import DEVICE_AXIS, initialize_distributed
 
     processes = int(os.environ.get("LIGHTSPEED_NUM_PROCESSES", "1"))
     if processes > 1:

@@ -26,11 +26,11 @@ def run_setup(name: str, num_seeds: int):
     """What `python run.py algo=NAME env=cartpole num_seeds=N` builds: the algorithm with its conf/
     defaults, its periodic and final evaluations, and its updates per chunk."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.anakin.trainer import build
-    from framework.app.cli import check_composes
-    from framework.core.config import chunk_updates, register_schemas, validated
-    from framework.core.evaluation import make_evaluate
-    from framework.core.registry import load_plugins
+    from lightspeed.framework.anakin.trainer import build
+    from lightspeed.framework.app.cli import check_composes
+    from lightspeed.framework.core.config import chunk_updates, register_schemas, validated
+    from lightspeed.framework.core.evaluation import make_evaluate
+    from lightspeed.framework.core.registry import load_plugins
 
     load_plugins()
     register_schemas()
@@ -47,8 +47,8 @@ def run_chunk_at(name: str, num_seeds: int, levels: tuple[int, ...]):
     import jax
 
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.anakin.trainer import learner_parallel_programs, seed_parallel_programs
-    from framework.core.devices import make_mesh
+    from lightspeed.framework.anakin.trainer import learner_parallel_programs, seed_parallel_programs
+    from lightspeed.framework.core.devices import make_mesh
 
     algorithm, evaluate_one_seed, _, updates_per_chunk = run_setup(name, num_seeds)
     make_programs = learner_parallel_programs if algorithm.parallel_learners else seed_parallel_programs
@@ -73,8 +73,8 @@ def compile_launch(name: str, option_set: str, num_seeds: int) -> float:
 
 def compile_worker(name: str, option_set: str, num_seeds: int) -> None:
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.anakin import trainer
-    from framework.core.devices import make_mesh
+    from lightspeed.framework.anakin import trainer
+    from lightspeed.framework.core.devices import make_mesh
 
     if OPTION_SETS[option_set] is not None:
         trainer.CPU_COMPILER_OPTIONS = OPTION_SETS[option_set]

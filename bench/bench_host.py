@@ -4,7 +4,8 @@
                                [--side] [--whole] [--skip-sb3]
 
 Each algorithm on its task (TASKS): DQN and Ape-X on CartPole-v1, R2D2 on CartPole without its velocities
-(envs.partially_observed:CartPolePosition-v1; the JAX path env=cartpole env.observe=position), D4PG on Pendulum-v1
+(lightspeed.envs.partially_observed:CartPolePosition-v1; the JAX path env=cartpole env.observe=position), D4PG on
+Pendulum-v1
 (the JAX path gymnax's).
 
 For each algorithm with its defaults (algo=dqn picks conf/algo_env/dqn_gymnasium.yaml), in this process:
@@ -83,7 +84,7 @@ def log(message: str) -> None:
 
 def host_run(train, env, algorithm):
     """A HostRun with its actors started (HostRun creates them itself in earlier versions)."""
-    from framework.sebulba.trainer import HostRun
+    from lightspeed.framework.sebulba.trainer import HostRun
 
     run = HostRun(train, env, algorithm)
     if not run.actors and hasattr(run, "start_actors"):
@@ -94,7 +95,7 @@ def host_run(train, env, algorithm):
 def share_programs() -> None:
     """Every HostRun of this process gets the first one's jitted programs, so a second run compiles nothing.
     (A bench-side patch of framework.sebulba.trainer's module global; the framework's code is unchanged.)"""
-    from framework.sebulba import trainer as host_trainer
+    from lightspeed.framework.sebulba import trainer as host_trainer
 
     if getattr(host_trainer.host_programs, "shared", False):
         return
@@ -131,8 +132,8 @@ def measure(algo: str, seeds: int, env_steps: int, profile: bool = False, diagno
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from conftest import compose_config
 
-    from framework.anakin.trainer import build
-    from framework.core.config import validated
+    from lightspeed.framework.anakin.trainer import build
+    from lightspeed.framework.core.config import validated
 
     share_programs()
     train = validated(compose_config(f"algo={algo}", *TASKS[algo].host, f"num_seeds={seeds}",
@@ -232,8 +233,8 @@ def system(train, env, algorithm, ready_publish: bool = False) -> dict:
     run's store; the framework publishes JAX's asynchronously dispatched result as it is)."""
     import jax
 
-    from framework.sebulba.runtime import BoundedQueue, StopSignal
-    from framework.sebulba.trainer import start_learner
+    from lightspeed.framework.sebulba.runtime import BoundedQueue, StopSignal
+    from lightspeed.framework.sebulba.trainer import start_learner
 
     reports, stop = BoundedQueue(4), StopSignal()
     run = host_run(train, env, algorithm)
@@ -360,7 +361,7 @@ class Task(NamedTuple):
 CARTPOLE = Task("CartPole-v1", ("env=gymnasium",), ("env=cartpole",))
 TASKS = {"dqn": CARTPOLE, "apex": CARTPOLE,
          "r2d2": Task("CartPole without velocities",
-                      ("env=gymnasium", "env.id=envs.partially_observed:CartPolePosition-v1"),
+                      ("env=gymnasium", "env.id=lightspeed.envs.partially_observed:CartPolePosition-v1"),
                       ("env=cartpole", "env.observe=position")),
          "d4pg": Task("Pendulum-v1", ("env=gymnasium", "env.id=Pendulum-v1"), ("env=gymnax", "env.id=Pendulum-v1"))}
 

@@ -7,7 +7,8 @@ final 100-episode greedy evaluation per seed, the IQM of the finals with its 95%
 Tasks (each algorithm with the same env steps, its own algo_env settings):
   cartpole_position   the single program: env=cartpole env.observe=position (velocities hidden), 500k env steps,
                       each seed ending once solved (3 evaluations of 100 episodes >= 475 in a row) with its best policy
-  cartpole_host       actor threads: env=gymnasium env.id=envs.partially_observed:CartPolePosition-v1, the same
+  cartpole_host       actor threads: env=gymnasium
+                      env.id=lightspeed.envs.partially_observed:CartPolePosition-v1, the same
   repeat_previous     actor threads: POPGym's RepeatPreviousEasy (`pip install -e ".[popgym]"`), 1,024,000 env steps
   position_only       actor threads: POPGym's PositionOnlyCartPoleEasy (returns scaled to 1), 1,024,000 env steps
   memory_chain        the single program: gymnax's MemoryChain-bsuite with a memory of 20 steps (a context bit shown at
@@ -24,7 +25,7 @@ CARTPOLE = ["total_env_steps=500000", "target_return=475", "eval_every=10240", "
 POPGYM = ["total_env_steps=1024000", "target_return=null", "eval_every=20480", "log_every=20480"]
 TASKS = {
     "cartpole_position": ["env=cartpole", "env.observe=position", *CARTPOLE],
-    "cartpole_host": ["env=gymnasium", "env.id=envs.partially_observed:CartPolePosition-v1", *CARTPOLE],
+    "cartpole_host": ["env=gymnasium", "env.id=lightspeed.envs.partially_observed:CartPolePosition-v1", *CARTPOLE],
     "repeat_previous": ["env=gymnasium", "env.id=popgym:popgym-RepeatPreviousEasy-v0", "env.max_episode_steps=104",
                         *POPGYM],
     "position_only": ["env=gymnasium", "env.id=popgym:popgym-PositionOnlyCartPoleEasy-v0",

@@ -84,8 +84,8 @@ def rllib(actors: int, seed: int, seconds: float, intensity: float) -> dict:
 def object_store_rate(mib: int = 4, repeats: int = 20) -> float:
     """Bytes/s of a block of `mib` MiB returned by a Ray actor to this driver, on a local head of ours."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.core.config import RayConfig
-    from framework.sebulba.ray.cluster import connect
+    from lightspeed.framework.core.config import RayConfig
+    from lightspeed.framework.sebulba.ray.cluster import connect
 
     ray, head = connect(RayConfig(num_cpus=2), timeout_s=60)
     try:

@@ -61,7 +61,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from algorithms.common.prioritized_replay import make_prioritized_replay
+    from lightspeed.algorithms.common.prioritized_replay import make_prioritized_replay
 
     print_machine("lightspeed prioritised-replay drift benchmark")
     ours = make_prioritized_replay(CAPACITY, 1, BATCH, ALPHA)

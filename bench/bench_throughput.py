@@ -107,11 +107,11 @@ def tabular_q_workload(num_agents: int, num_updates: int) -> Workload:
     """Our tabular Q, driven exactly as framework.anakin.trainer.train_single_program drives it (one seed)."""
     import jax
 
-    import envs
-    from algorithms.tabular_q import TabularQConfig, make_tabular_q
-    from framework.anakin.trainer import seed_parallel_programs
-    from framework.core.devices import make_mesh
-    from framework.core.evaluation import make_evaluate
+    from lightspeed import envs
+    from lightspeed.algorithms.tabular_q import TabularQConfig, make_tabular_q
+    from lightspeed.framework.anakin.trainer import seed_parallel_programs
+    from lightspeed.framework.core.devices import make_mesh
+    from lightspeed.framework.core.evaluation import make_evaluate
 
     env, env_params = envs.make("gridworld")
     algo = make_tabular_q(TabularQConfig(num_agents=num_agents), env, env_params)
@@ -211,7 +211,7 @@ def reference_workload(num_agents: int, steps: int) -> tuple[Workload, int]:
     """The seed-article-style baseline; returns it and the bytes its compiled program holds."""
     import jax
 
-    import envs
+    from lightspeed import envs
 
     env, params = envs.make("gridworld")
     height, width = env.grid_shape
@@ -232,7 +232,7 @@ def reference_workload(num_agents: int, steps: int) -> tuple[Workload, int]:
 
 
 def bench_tabular_q(rounds: int, round_seconds: float) -> None:
-    import envs
+    from lightspeed import envs
 
     height, width = envs.make("gridworld")[0].grid_shape
     rows = []
@@ -312,7 +312,7 @@ def check_gymnax_step(env: Any, params: Any) -> None:
 
 
 def bench_cartpole(rounds: int, round_seconds: float) -> None:
-    import envs
+    from lightspeed import envs
 
     try:
         import gymnax

@@ -76,7 +76,7 @@ def first_crossing(run_dir: Path, target: float, every_seed: bool = False) -> Op
 def curve_history(run_dir: Path, target: float, window: int = 3):
     """A run's periodic evaluations (metrics.jsonl) replayed through the trainer's protocol for `target`."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.run.protocol import EvaluationHistory
+    from lightspeed.framework.run.protocol import EvaluationHistory
 
     evaluations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evaluations = [e for e in evaluations if "eval/return_per_seed" in e]
@@ -89,7 +89,7 @@ def curve_history(run_dir: Path, target: float, window: int = 3):
 def curve_stability(history) -> Optional[float]:
     """The history's stability pooled over its seeds, as framework.tools.report pools summary.json's."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.tools.report import pooled_stability
+    from lightspeed.framework.tools.report import pooled_stability
 
     later = [history.after_first_hit(seed) for seed in range(len(history.solved_at_env_steps))]
     seeds = [{"stability": history.stability(seed), "evaluations_after_target": None if after is None else len(after)}
@@ -100,7 +100,7 @@ def curve_stability(history) -> Optional[float]:
 def final_iqm(finals: Sequence[float]) -> str:
     """IQM [95% CI] of final returns, with rliable as framework.tools.report computes it."""
     sys.path.insert(0, str(REPO_ROOT))
-    from framework.tools.report import iqm_interval
+    from lightspeed.framework.tools.report import iqm_interval
 
     estimate, low, high = iqm_interval(np.asarray(finals, dtype=float))
     return f"{float(estimate):.1f} [{float(low):.1f}, {float(high):.1f}]"

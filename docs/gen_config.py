@@ -190,17 +190,17 @@ def options_table(conf_dir: Path) -> list[str]:
 
 def builtin(kind: str) -> list[tuple[str, type]]:
     """(name, config dataclass) of every algorithm or env this repository registers."""
-    from framework.core import registry
+    from lightspeed.framework.core import registry
 
     registry.load_plugins()
     entries = [registry.lookup(kind, name) for name in registry.known(kind)]
     return [(entry.name, entry.config_class) for entry in entries
-            if entry.factory.__module__.split(".")[0] in ("algorithms", "envs")]
+            if entry.factory.__module__.startswith(("lightspeed.algorithms.", "lightspeed.envs."))]
 
 
 def render() -> str:
     """The generated part of the page, markers included."""
-    from framework.core.config import CONF_DIR, TrainConfig
+    from lightspeed.framework.core.config import CONF_DIR, TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     lines = [BEGIN, "", "## Every key", "",

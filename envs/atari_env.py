@@ -23,9 +23,16 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from envs.gymnasium_vector import HostVectorEnv
-from framework.core.errors import ConfigError, check, check_choice, check_installed, check_number, check_positive_int
-from framework.core.host_env import (
+from lightspeed.envs.gymnasium_vector import HostVectorEnv
+from lightspeed.framework.core.errors import (
+    ConfigError,
+    check,
+    check_choice,
+    check_installed,
+    check_number,
+    check_positive_int,
+)
+from lightspeed.framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     MAX_VECTOR_ENVS,
     ON_ERROR_CHOICES,
@@ -34,7 +41,7 @@ from framework.core.host_env import (
     HostStep,
     describe,
 )
-from framework.core.registry import register_env
+from lightspeed.framework.core.registry import register_env
 
 FRAME_SIZE, FRAME_STACK = 84, 4
 ENGINE_SEEDS = 2**31 - MAX_VECTOR_ENVS  # the engine takes int32 seeds, env i of a vector env seed + i

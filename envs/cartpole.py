@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.core.env import Environment, StepResult
-from framework.core.errors import check_choice, check_positive_int
-from framework.core.registry import register_env
+from lightspeed.framework.core.env import Environment, StepResult
+from lightspeed.framework.core.errors import check_choice, check_positive_int
+from lightspeed.framework.core.registry import register_env
 
 
 @dataclasses.dataclass

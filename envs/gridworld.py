@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.core.env import Environment, StepResult
-from framework.core.errors import check, check_number, check_positive_int
-from framework.core.registry import register_env
+from lightspeed.framework.core.env import Environment, StepResult
+from lightspeed.framework.core.errors import check, check_number, check_positive_int
+from lightspeed.framework.core.registry import register_env
 
 MAX_SIDE = 1024  # rows or columns: a 1024x1024 grid is validated in about a second
 

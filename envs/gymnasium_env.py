@@ -19,9 +19,16 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envs.gymnasium_vector import EnvFactory, HostVectorEnv, build_vector_env, check_spaces, env_factory, pip_hint
-from framework.core.errors import ConfigError, check, check_choice, check_positive_int
-from framework.core.host_env import (
+from lightspeed.envs.gymnasium_vector import (
+    EnvFactory,
+    HostVectorEnv,
+    build_vector_env,
+    check_spaces,
+    env_factory,
+    pip_hint,
+)
+from lightspeed.framework.core.errors import ConfigError, check, check_choice, check_positive_int
+from lightspeed.framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     ON_ERROR_CHOICES,
     HostEnvironment,
@@ -29,8 +36,8 @@ from framework.core.host_env import (
     encoded_dtype,
     encoded_shape,
 )
-from framework.core.registry import register_env
-from framework.core.spaces import from_gymnasium
+from lightspeed.framework.core.registry import register_env
+from lightspeed.framework.core.spaces import from_gymnasium
 
 
 @dataclasses.dataclass

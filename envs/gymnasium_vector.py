@@ -34,8 +34,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from framework.core.errors import ConfigError, PluginError
-from framework.core.host_env import (
+from lightspeed.framework.core.errors import ConfigError, PluginError
+from lightspeed.framework.core.host_env import (
     DEFAULT_TIMEOUT_S,
     HostEnvError,
     HostStep,
@@ -45,7 +45,7 @@ from framework.core.host_env import (
     encoded_shape,
     env_actions,
 )
-from framework.core.spaces import from_gymnasium
+from lightspeed.framework.core.spaces import from_gymnasium
 
 # gymnasium 1.x loads no plugins: these namespaces are registered by calling their package's function
 NAMESPACE_REGISTRATIONS = {"MinAtar": ("minatar.gym", "register_envs")}

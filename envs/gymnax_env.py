@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.core.env import Environment, StepResult
-from framework.core.errors import ConfigError, check, check_installed, check_number
-from framework.core.registry import register_env
-from framework.core.spaces import Space, from_gymnasium
+from lightspeed.framework.core.env import Environment, StepResult
+from lightspeed.framework.core.errors import ConfigError, check, check_installed, check_number
+from lightspeed.framework.core.registry import register_env
+from lightspeed.framework.core.spaces import Space, from_gymnasium
 
 # MinAtar's channels are 0/1 floats in gymnax; as booleans a 1M-transition replay takes 8x less memory
 BOOLEAN_OBSERVATIONS = "-MinAtar"

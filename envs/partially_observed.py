@@ -1,5 +1,6 @@
 """Gymnasium ids of partially observed classic-control envs, registered when this module is imported: name them as
-`env.id=envs.partially_observed:<id>` (gymnasium imports the module before making the env, in every worker too).
+`env.id=lightspeed.envs.partially_observed:<id>` (gymnasium imports the module before making the env, in every worker
+too).
 
 - CartPolePosition-v1: CartPole-v1 (500 steps, reward 1 a step) observing the cart's position and the pole's angle
   only, the velocities hidden: the host twin of `env=cartpole env.observe=position` (rl-zoo's CartPoleNoVel-v1 and

@@ -14,22 +14,22 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import PartitionSpec  # noqa: E402
 
-from algorithms.apex import ApexConfig, make_apex  # noqa: E402
-from algorithms.common.dqn_family import weighted_td_loss  # noqa: E402
-from algorithms.common.networks import QNetwork  # noqa: E402
-from algorithms.common.targets import huber  # noqa: E402
-from algorithms.common.transition import Transition  # noqa: E402
-from envs import make  # noqa: E402
-from framework.anakin.compose import single_program  # noqa: E402
-from framework.anakin.trainer import learner_parallel_programs  # noqa: E402
-from framework.core.config import TrainConfig  # noqa: E402
-from framework.core.devices import (  # noqa: E402
+from lightspeed.algorithms.apex import ApexConfig, make_apex  # noqa: E402
+from lightspeed.algorithms.common.dqn_family import weighted_td_loss  # noqa: E402
+from lightspeed.algorithms.common.networks import QNetwork  # noqa: E402
+from lightspeed.algorithms.common.targets import huber  # noqa: E402
+from lightspeed.algorithms.common.transition import Transition  # noqa: E402
+from lightspeed.envs import make  # noqa: E402
+from lightspeed.framework.anakin.compose import single_program  # noqa: E402
+from lightspeed.framework.anakin.trainer import learner_parallel_programs  # noqa: E402
+from lightspeed.framework.core.config import TrainConfig  # noqa: E402
+from lightspeed.framework.core.devices import (  # noqa: E402
     DEVICE_AXIS,
     make_mesh,
     mean_over_devices,
     use_compilation_cache,  # noqa: E402
 )
-from framework.core.evaluation import make_evaluate  # noqa: E402
+from lightspeed.framework.core.evaluation import make_evaluate  # noqa: E402
 
 SMALL = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=8,
                    learning_starts=16, learner_updates_per_iteration=2, actor_sync_period=2, target_update_period=3)

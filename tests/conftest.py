@@ -6,12 +6,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from framework.core.registry import load_plugins  # noqa: E402
+from lightspeed.framework.core.registry import load_plugins  # noqa: E402
 
 load_plugins()
 
-from framework.core.config import TrainConfig  # noqa: E402
-from framework.core.devices import use_compilation_cache  # noqa: E402
+from lightspeed.framework.core.config import TrainConfig  # noqa: E402
+from lightspeed.framework.core.devices import use_compilation_cache  # noqa: E402
 
 # the tests' own programs in run.py's default cache, as their run.py subprocesses' are: a later session loads them
 # instead of compiling (the first in-process train() of a worker turned it on anyway, for what followed in that worker);
@@ -60,7 +60,7 @@ def compose_config(*overrides: str):
     """The composed Hydra config, as run.py would build it, for in-process training."""
     from hydra import compose, initialize_config_dir
 
-    from framework.core.config import CONF_DIR, register_schemas
+    from lightspeed.framework.core.config import CONF_DIR, register_schemas
 
     register_schemas()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="test"):
@@ -69,9 +69,9 @@ def compose_config(*overrides: str):
 
 def check_like_run_py(overrides: list[str]) -> None:
     """What run.py does before compiling: the command-line checks, then the schema checks and the build."""
-    from framework.anakin.trainer import build
-    from framework.app.cli import check_composes, check_group_choices, with_open_keys_added
-    from framework.core.config import register_schemas, validated
+    from lightspeed.framework.anakin.trainer import build
+    from lightspeed.framework.app.cli import check_composes, check_group_choices, with_open_keys_added
+    from lightspeed.framework.core.config import register_schemas, validated
 
     register_schemas()
     overrides = with_open_keys_added(overrides)

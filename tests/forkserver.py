@@ -1,4 +1,4 @@
-"""A fork server for the tests' `python run.py ...` and `python -m framework.tools.* ...` commands.
+"""A fork server for the tests' `python run.py ...` and `python -m lightspeed.framework.tools.* ...` commands.
 
 About 150 such commands run in the default suite, and each spent ~2 s of its few seconds importing jax, flax,
 Hydra, matplotlib and the plugins. The server (one per pytest-xdist worker, started with it) imports them once,
@@ -37,15 +37,16 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_PY = str(ROOT / "run.py")
-FORKED_MODULES = ("framework.tools.",)  # `python -m` commands the server runs; others start an interpreter
+FORKED_MODULES = ("lightspeed.framework.tools.",)  # `python -m` commands the server runs; others start an interpreter
 # read when a run starts its backend or logger, not at import: a command may set them to its own values
 ALLOWED_TO_DIFFER = ("XLA_FLAGS", "LIGHTSPEED_", "WANDB_", "PYTEST_", "COLUMNS", "LINES")
 # read when the module named imports (libraries the tests import in their own process set them there): where the
 # server has not imported it, the forked command imports it after taking its own environment, as a fresh one would
 READ_AT_IMPORT_BY = {"MUJOCO_GL": "mujoco", "PYOPENGL_PLATFORM": "OpenGL", "CRC32C_SW_MODE": "tensorboardX"}
 # what every command imports before it does anything (the tools' own modules are not: runpy warns about those)
-PRELOADED = ("framework.app.main", "framework.app.train", "envs", "algorithms", "framework.run.policy",
-             "framework.core.evaluation", "PIL.Image", "rliable.library", "scipy.stats")
+PRELOADED = ("lightspeed.framework.app.main", "lightspeed.framework.app.train", "lightspeed.envs",
+             "lightspeed.algorithms", "lightspeed.framework.run.policy", "lightspeed.framework.core.evaluation",
+             "PIL.Image", "rliable.library", "scipy.stats")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -212,8 +212,8 @@ def back_to_back(out: Path) -> dict:
 
 def listeners(out: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from framework.core.config import RayConfig
-    from framework.sebulba.ray.cluster import connect
+    from lightspeed.framework.core.config import RayConfig
+    from lightspeed.framework.sebulba.ray.cluster import connect
 
     ray, head = connect(RayConfig(num_cpus=2), timeout_s=60)
     try:

@@ -5,15 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.apex import ApexConfig, make_apex
-from algorithms.common.networks import select_tree
-from algorithms.dqn import DQNConfig, make_dqn
-from envs import make
-from framework.anakin.compose import single_program
-from framework.core.algorithm import ActorStep
-from framework.core.devices import DEVICE_AXIS
-from framework.core.env import EpisodeStatistics
-from framework.core.keys import rollout_draws
+from lightspeed.algorithms.apex import ApexConfig, make_apex
+from lightspeed.algorithms.common.networks import select_tree
+from lightspeed.algorithms.dqn import DQNConfig, make_dqn
+from lightspeed.envs import make
+from lightspeed.framework.anakin.compose import single_program
+from lightspeed.framework.core.algorithm import ActorStep
+from lightspeed.framework.core.devices import DEVICE_AXIS
+from lightspeed.framework.core.env import EpisodeStatistics
+from lightspeed.framework.core.keys import rollout_draws
 
 DQN = DQNConfig(num_envs=4, buffer_size=256, batch_size=16, learning_starts=32, train_every=16, updates_per_train=3)
 APEX = ApexConfig(num_actors=2, envs_per_actor=2, rollout_length=4, buffer_size=256, batch_size=16,

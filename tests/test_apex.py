@@ -8,17 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.apex import ApexConfig, make_apex
-from algorithms.common.dqn_family import actor_priorities
-from algorithms.common.exploration import actor_epsilons
-from algorithms.common.networks import QNetwork
-from algorithms.common.transition import Transition
-from envs import make
-from framework.anakin.compose import single_program
-from framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
-from framework.core.devices import make_mesh
-from framework.core.errors import ConfigError
-from framework.core.evaluation import make_evaluate
+from lightspeed.algorithms.apex import ApexConfig, make_apex
+from lightspeed.algorithms.common.dqn_family import actor_priorities
+from lightspeed.algorithms.common.exploration import actor_epsilons
+from lightspeed.algorithms.common.networks import QNetwork
+from lightspeed.algorithms.common.transition import Transition
+from lightspeed.envs import make
+from lightspeed.framework.anakin.compose import single_program
+from lightspeed.framework.anakin.trainer import CPU_COMPILER_OPTIONS, learner_parallel_programs
+from lightspeed.framework.core.devices import make_mesh
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.core.evaluation import make_evaluate
 
 SMALL = dict(num_actors=3, envs_per_actor=2, rollout_length=4, buffer_size=512, batch_size=16, learning_starts=25,
              learner_updates_per_iteration=4, actor_sync_period=4)

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from conftest import compose_config
 
-from algorithms.common.frame_replay import make_frame_replay
-from algorithms.common.replays import frame_step
-from envs.atari_env import AtariConfig, AtariEvaluationEnv, check_game, make_atari
-from framework.app.train import train
-from framework.core.errors import ConfigError, HostRunError
-from framework.core.host_env import HostEnvError
-from framework.run.policy import load_policy
-from framework.tools.evaluate import main as evaluate_main
+from lightspeed.algorithms.common.frame_replay import make_frame_replay
+from lightspeed.algorithms.common.replays import frame_step
+from lightspeed.envs.atari_env import AtariConfig, AtariEvaluationEnv, check_game, make_atari
+from lightspeed.framework.app.train import train
+from lightspeed.framework.core.errors import ConfigError, HostRunError
+from lightspeed.framework.core.host_env import HostEnvError
+from lightspeed.framework.run.policy import load_policy
+from lightspeed.framework.tools.evaluate import main as evaluate_main
 
 ale_py = pytest.importorskip("ale_py")
 gymnasium.register_envs(ale_py)
@@ -174,7 +174,7 @@ def test_a_tiny_atari_run_trains_checkpoints_resumes_evaluates_and_plays(algo, t
 def engine_failing_once(monkeypatch, at_call: int) -> list:
     """The first actor engine (the probe and evaluation's engines take num_threads=1) raises at its step call
     number `at_call` (from 0); the list collects (engine, made for an actor) of every engine made."""
-    import envs.atari_env as atari_env
+    import lightspeed.envs.atari_env as atari_env
 
     real_engine, made = atari_env.engine, []
 
@@ -200,7 +200,7 @@ def engine_failing_once(monkeypatch, at_call: int) -> list:
 def test_only_the_engines_own_calls_are_engine_faults(monkeypatch):
     """An exception from the engine is a HostEnvError (env.on_error's to handle); one from the adapter's own code
     around it stays what it is, a bug, and is never restarted as an env fault."""
-    import envs.gymnasium_vector as adapter
+    import lightspeed.envs.gymnasium_vector as adapter
 
     vector = make_atari(AtariConfig(id="Pong"))[0].vector_env(2)
     vector.reset(seed=0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from envs.cartpole import CartPole, CartPoleConfig, CartPoleParams, CartPoleState, make_cartpole
-from framework.core.errors import ConfigError
-from framework.core.registry import build_config, lookup
+from lightspeed.envs.cartpole import CartPole, CartPoleConfig, CartPoleParams, CartPoleState, make_cartpole
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.core.registry import build_config, lookup
 
 ENV = CartPole()
 PARAMS = CartPoleParams()

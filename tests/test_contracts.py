@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import pytest
 from conftest import compose_config, run_cli
 
-import envs
-from framework.app.train import train
-from framework.core import registry
-from framework.core.algorithm import Algorithm, check_fields
-from framework.core.env import Environment
-from framework.core.errors import PluginError
-from framework.run.common import format_line
+from lightspeed import envs
+from lightspeed.framework.app.train import train
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.algorithm import Algorithm, check_fields
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.errors import PluginError
+from lightspeed.framework.run.common import format_line
 
 
 @dataclasses.dataclass
@@ -190,8 +190,8 @@ PLUGIN = '''
 """A third-party algorithm with health metrics but no learner_steps."""
 import dataclasses
 import jax.numpy as jnp
-from framework.core.algorithm import Algorithm
-from framework.core.registry import register_algorithm
+from lightspeed.framework.core.algorithm import Algorithm
+from lightspeed.framework.core.registry import register_algorithm
 
 
 @dataclasses.dataclass

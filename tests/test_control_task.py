@@ -14,10 +14,10 @@ import pytest
 from conftest import compose_config
 from flax import struct
 
-from framework.app.train import train
-from framework.core.env import Environment, StepResult
-from framework.core.registry import register_env
-from framework.core.spaces import Box
+from lightspeed.framework.app.train import train
+from lightspeed.framework.core.env import Environment, StepResult
+from lightspeed.framework.core.registry import register_env
+from lightspeed.framework.core.spaces import Box
 
 LOW, HIGH = np.array([-0.1, -0.05], np.float32), np.array([0.1, 0.05], np.float32)  # per step, per axis
 STEPS = 40

@@ -11,20 +11,20 @@ import numpy as np
 import pytest
 from conftest import check_like_run_py, compose_config, run_cli, run_python, shared_dir
 
-from algorithms.common.continuous_actions import (
+from lightspeed.algorithms.common.continuous_actions import (
     action_bounds,
     next_noise,
     ornstein_uhlenbeck_step,
     sigma_ladder,
     with_noise,
 )
-from algorithms.common.distributional import atoms, categorical_projection, n_step_target
-from algorithms.d4pg import ActorNoise, DPGParams
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.core.errors import ConfigError
-from framework.core.spaces import Box
-from framework.run.policy import load_policy
+from lightspeed.algorithms.common.distributional import atoms, categorical_projection, n_step_target
+from lightspeed.algorithms.d4pg import ActorNoise, DPGParams
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.core.spaces import Box
+from lightspeed.framework.run.policy import load_policy
 
 
 def c51_projection(values: np.ndarray, probabilities: np.ndarray, v_min: float, v_max: float, m: int) -> np.ndarray:
@@ -216,7 +216,7 @@ def test_actor_priorities_are_the_plain_critics_td_error_by_hand():
     params = parts.actor_params(learner)
     action = jnp.full((8, 1), 1.5)
     next_obs = obs[::-1]
-    from framework.core.algorithm import ActorStep
+    from lightspeed.framework.core.algorithm import ActorStep
     step = ActorStep(obs, action, action, (), jnp.arange(8.0), jnp.zeros(8, bool), jnp.zeros(8, bool), next_obs,
                      jnp.ones(8, bool), jnp.zeros(8, bool), jnp.zeros(8, bool), None)
     _, (items, priorities) = parts.observe(params, parts.record_init(obs), step)
@@ -229,7 +229,7 @@ def test_actor_priorities_are_the_plain_critics_td_error_by_hand():
 
 
 def algorithm_networks(train) -> dict:
-    from algorithms.d4pg import Critic, Policy
+    from lightspeed.algorithms.d4pg import Critic, Policy
     return {"policy": Policy(1, tuple(train.algo.policy_hidden_sizes)),
             "critic": Critic(1, tuple(train.algo.critic_hidden_sizes))}
 
@@ -257,7 +257,7 @@ def host_run(tmp_path_factory):
         result = run_cli(*HOST_RUN, run_dir=run_dir, timeout=600)
         assert result.returncode == 0, result.stderr
         evaluated = run_python(str(run_dir), "--episodes", "10", "--gif", str(run_dir / "episode.gif"),
-                               module="framework.tools.evaluate", timeout=300)
+                               module="lightspeed.framework.tools.evaluate", timeout=300)
         assert evaluated.returncode == 0, evaluated.stderr
     return shared_dir(tmp_path_factory, "d4pg-host", make)
 
@@ -292,7 +292,7 @@ def test_a_mujoco_env_has_box_actions_renders_without_a_display_and_warns_once(c
     """HalfCheetah-v5 through env=gymnasium: its 6-D Box, an rgb_array frame through EGL, and MuJoCo 4's compiler
     warning (printed at every model load: every env, every evaluation episode) shown at most once more."""
     pytest.importorskip("mujoco")
-    from envs.gymnasium_env import GymnasiumConfig, make_gymnasium
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, make_gymnasium
 
     env, _ = make_gymnasium(GymnasiumConfig(id="HalfCheetah-v5"))
     space = env.action_space()

@@ -12,16 +12,16 @@ How a page states what its commands do, right after a ```bash block (every bash 
 
 Paths are relative to the directory the commands ran in. A ```python block runs as a script (this checkout on
 PYTHONPATH) and needs an `assert` of its own or an expectation; `<!-- save: NAME.py -->` after it also saves it as
-NAME.py for the commands after it to import. ```text and ```toml blocks are not run: a page uses them for what
-cannot run here (machines of your own, hours on a GPU), and says so.
+NAME.py (or DIR/NAME.py, DIR/__init__.py made) for the commands after it to import. ```text and ```toml blocks
+are not run: a page uses them for what cannot run here (machines of your own, hours on a GPU), and says so.
 
 How the commands run: in a temporary directory per chain, where a chain is the blocks (README first, then the pages
 in mkdocs.yml's order) that share a run or sweep dir (`runs/x`, `sweeps/x`), a saved module or a command; a command
 already run in its chain is not run again (its output counts for the later block). `python run.py` and the
 `lightspeed` command (the same app, as `python run.py` with the same arguments, so that this checkout's code runs)
-get small step counts; `python -m framework.tools.*` runs as written (these two forked by tests/forkserver.py where
-that is the same as a fresh interpreter); `pip install` and `python -m pytest` are not rerun; `wandb sync` needs a
-network, so its path must exist. A command with `actors=ray` starts a local Ray head: it
+get small step counts; `python -m lightspeed.framework.tools.*` runs as written (these two forked by
+tests/forkserver.py where that is the same as a fresh interpreter); `pip install` and `python -m pytest` are not
+rerun; `wandb sync` needs a network, so its path must exist. A command with `actors=ray` starts a local Ray head: it
 runs in a private network namespace (`unshare -n`), as tests/test_ray_actors.py's clusters do.
 """
 import dataclasses
@@ -48,7 +48,7 @@ import gen_config  # noqa: E402
 SMALL = {"total_env_steps": "2048", "eval_every": "1024", "log_every": "1024", "eval_episodes": "2",
          "final_eval_episodes": "2"}
 NOT_RERUN = ("pip install", "python -m pytest")
-TOOLS = ("framework.tools.report", "framework.tools.evaluate")
+TOOLS = ("lightspeed.framework.tools.report", "lightspeed.framework.tools.evaluate")
 EXPECTATIONS = ("stdout", "file", "json", "gif", "contains", "count")
 GENERATED_PAGES = {"bench.md"}  # docs/hooks.py makes it from bench/README.md
 
@@ -233,9 +233,12 @@ def run_block(block: Block, workdir: Path, ran: dict[str, str]) -> None:
     """A block's commands (those not yet run in its chain), then its expectations."""
     if block.lang == "python":
         script = workdir / (block.save or f"block_{Path(block.doc).stem}_{block.line}.py")
+        if script.parent != workdir:  # a module saved into a package of the project (envs/x.py): a regular one
+            script.parent.mkdir(parents=True, exist_ok=True)
+            (script.parent / "__init__.py").touch()
         script.write_text(block.code)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        output = run_argv([sys.executable, script.name], workdir, env)
+        output = run_argv([sys.executable, str(script.relative_to(workdir))], workdir, env)
     else:
         output = ""
         for command in commands_of(block):
@@ -289,9 +292,9 @@ def test_a_block_that_reads_an_earlier_ones_dir_runs_after_it():
 
     a = bash("python run.py hydra.run.dir=runs/a\n", 1)
     b = bash("python run.py\n", 2)
-    c = bash("python -m framework.tools.evaluate runs/a --gif runs/a/x.gif\n", 3)
+    c = bash("python -m lightspeed.framework.tools.evaluate runs/a --gif runs/a/x.gif\n", 3)
     d = bash("python run.py -m hydra.sweep.dir=sweeps/b\n", 4)
-    e = bash("python -m framework.tools.report sweeps/b\n", 5)
+    e = bash("python -m lightspeed.framework.tools.report sweeps/b\n", 5)
     f = Block("x.md", 6, "python", 'load_policy("runs/a")\n', [])
     assert [[block.line for block in chain] for chain in chains_of([a, b, c, d, e, f])] == [[1, 3, 6], [2], [4, 5]]
     same = bash("python run.py\n", 7)  # the same command twice: one chain, run once
@@ -335,8 +338,8 @@ def test_the_key_reference_is_what_the_dataclasses_give():
 
 
 def test_a_key_added_to_a_dataclass_makes_the_page_stale(monkeypatch):
-    import framework.core.config as config
-    from framework.core import registry
+    import lightspeed.framework.core.config as config
+    from lightspeed.framework.core import registry
 
     grown = dataclasses.make_dataclass("TrainConfig", [("brand_new_key", int, dataclasses.field(default=7))],
                                        bases=(config.TrainConfig,))
@@ -378,7 +381,7 @@ def test_the_keys_most_runs_touch_show_what_python_run_py_runs():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from framework.core.config import CONF_DIR, register_schemas
+    from lightspeed.framework.core.config import CONF_DIR, register_schemas
 
     rows = configuration_table()
     assert len(rows) >= 8 and "total_env_steps" in rows

@@ -6,14 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.networks import QNetwork
-from algorithms.common.targets import td_errors
-from algorithms.common.transition import Transition
-from algorithms.dqn import DQNConfig, make_dqn
-from envs import make
-from framework.anakin.compose import single_program
-from framework.core.errors import ConfigError
-from framework.core.keys import rollout_draws
+from lightspeed.algorithms.common.networks import QNetwork
+from lightspeed.algorithms.common.targets import td_errors
+from lightspeed.algorithms.common.transition import Transition
+from lightspeed.algorithms.dqn import DQNConfig, make_dqn
+from lightspeed.envs import make
+from lightspeed.framework.anakin.compose import single_program
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.core.keys import rollout_draws
 
 GAMMA = 0.9
 
@@ -147,7 +147,7 @@ def test_config_checks(overrides, key):
 
 
 def test_grid_cells_are_refused_with_a_hint():
-    from framework.core import registry
+    from lightspeed.framework.core import registry
 
     cells = registry.build_config("env", "gridworld", {"observation": "cell"})
     with pytest.raises(ConfigError, match="env.observation='cell'.*Allowed: one_hot"):

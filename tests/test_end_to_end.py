@@ -73,7 +73,7 @@ def test_seeds_split_across_devices_match_one_device(runs, tmp_path):
 
 
 def test_run_keys_differ_per_seed_and_per_evaluation():
-    from framework.core.keys import run_keys
+    from lightspeed.framework.core.keys import run_keys
 
     data = lambda keys: np.asarray(jax.random.key_data(keys)).reshape(len(keys), -1)
     init_a, eval_a = run_keys(np.uint32(7), np.int32(0), 4)
@@ -92,7 +92,7 @@ def test_run_keys_differ_per_seed_and_per_evaluation():
 def test_matmul_precision_reaches_jax_for_the_run_only_and_changes_nothing_on_a_cpu():
     """matmul_precision=highest asks accelerators for full float32 products; a CPU computes them so already, so the
     CPU runs the results page reports are the same with it or without; after the run JAX's default is back."""
-    from framework.core.devices import jax_options
+    from lightspeed.framework.core.devices import jax_options
 
     if jax.default_backend() != "cpu":
         pytest.skip("the equality holds on a CPU")

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.exploration import actor_epsilons, epsilon_greedy, greedy_with_random_ties
-from framework.core.keys import rollout_draws
+from lightspeed.algorithms.common.exploration import actor_epsilons, epsilon_greedy, greedy_with_random_ties
+from lightspeed.framework.core.keys import rollout_draws
 
 
 def test_rollout_draws_give_distinct_independent_keys():

@@ -18,7 +18,7 @@ def fresh(argv: list[str], cwd=ROOT, env=None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv", [[RUN_PY, "algo=nope"], [RUN_PY, "env=gridworld", "env.goal=[8,0]", "algo=tabular_q"],
-                                  ["-m", "framework.tools.evaluate", "no/such/run"]],
+                                  ["-m", "lightspeed.framework.tools.evaluate", "no/such/run"]],
                          ids=["unknown algo", "bad cell", "evaluate without a run"])
 def test_a_forked_command_prints_and_exits_as_a_fresh_interpreter(argv, tmp_path):
     forkserver.start_server()

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from algorithms.common.frame_replay import FrameStep, make_frame_replay
-from algorithms.common.replays import check_frame_ring
-from framework.core.errors import ConfigError
+from lightspeed.algorithms.common.frame_replay import FrameStep, make_frame_replay
+from lightspeed.algorithms.common.replays import check_frame_ring
+from lightspeed.framework.core.errors import ConfigError
 
 NUM_ENVS, FRAME, STACK, N_STEP, DISCOUNT, BLOCK, ALPHA = 3, (5, 6), 4, 3, 0.9, 7, 0.6
 CAPACITY, BLOCKS = 24, 10  # 70 steps through 24 slots: the ring wraps around twice

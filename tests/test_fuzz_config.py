@@ -10,10 +10,10 @@ from conftest import check_like_run_py, compose_config, run_cli
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from framework.app.cli import ComposeError
-from framework.core import registry
-from framework.core.config import TrainConfig, register_schemas
-from framework.core.errors import ConfigError
+from lightspeed.framework.app.cli import ComposeError
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.config import TrainConfig, register_schemas
+from lightspeed.framework.core.errors import ConfigError
 
 register_schemas()
 TOP_LEVEL = [f.name for f in dataclasses.fields(TrainConfig)
@@ -163,7 +163,7 @@ def edge_overrides(draw) -> list[str]:
 
 def edge_values_train_for_a_few_steps(overrides: list[str], tmp_path: Path) -> bool:
     """Whether the case trained (False: refused with a message, which the tests above cover)."""
-    from framework.app.train import train
+    from lightspeed.framework.app.train import train
 
     # final_eval_episodes = eval_episodes: the final evaluation runs the periodic one's program (one compile fewer)
     short = [*overrides, "total_env_steps=256", "eval_every=256", "log_every=256", "eval_episodes=1",

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.gridworld import GridWorld, GridWorldConfig, GridWorldState, make_gridworld, shortest_path_lengths
-from framework.core.errors import ConfigError
-from framework.core.registry import build_config
+from lightspeed.envs.gridworld import GridWorld, GridWorldConfig, GridWorldState, make_gridworld, shortest_path_lengths
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.core.registry import build_config
 
 # 4x5 grid used throughout:     col 0 1 2 3 4
 #                          row 0    G . . . .

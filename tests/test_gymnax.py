@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from conftest import check_like_run_py, compose_config, run_cli
 
-from algorithms.common.networks import QNetwork, make_q_network
-from envs import make
-from framework.anakin.trainer import build
-from framework.app.cli import ComposeError
-from framework.core import registry
-from framework.core.config import validated
-from framework.core.errors import ConfigError
+from lightspeed.algorithms.common.networks import QNetwork, make_q_network
+from lightspeed.envs import make
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.app.cli import ComposeError
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCar-v0", "Breakout-MinAtar", "Catch-bsuite"])
@@ -110,7 +110,7 @@ def test_image_observations_get_the_minatar_conv_torso_and_learn():
 
 
 def test_the_matmul_convolution_is_flaxs_convolution():
-    from algorithms.common.networks import Conv3x3
+    from lightspeed.algorithms.common.networks import Conv3x3
 
     images = jax.random.normal(jax.random.key(0), (2, 5, 10, 10, 4))
     ours = Conv3x3(16)
@@ -194,7 +194,8 @@ def test_a_mismatched_encoding_is_a_clear_error():
 
 
 def saved_policies_replay(run_dir, *gif) -> dict:
-    """evaluation.json of `python -m framework.tools.evaluate RUN_DIR` on the episodes of the run's final evaluation."""
+    """evaluation.json of `python -m lightspeed.framework.tools.evaluate RUN_DIR` on the episodes of the run's final
+    evaluation."""
     from test_policy import evaluate_cli
 
     summary = json.loads((run_dir / "summary.json").read_text())

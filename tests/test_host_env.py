@@ -14,10 +14,10 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from envs.gymnasium_vector import HostVectorEnv, make_vector_env, pip_hint, worker_slices
-from framework.core.errors import ConfigError, PluginError
-from framework.core.host_env import HostEnvError, host_evaluate
-from framework.core.spaces import Discrete
+from lightspeed.envs.gymnasium_vector import HostVectorEnv, make_vector_env, pip_hint, worker_slices
+from lightspeed.framework.core.errors import ConfigError, PluginError
+from lightspeed.framework.core.host_env import HostEnvError, host_evaluate
+from lightspeed.framework.core.spaces import Discrete
 
 TEST_ID, UNCAPPED_ID = "LightspeedTestCountdown-v0", "LightspeedTestUncapped-v0"
 STEP_CAP = 6  # the registered cap: episodes drawn longer than this are truncated by TimeLimit
@@ -306,7 +306,7 @@ def hand_played_return(seed: int) -> float:
 
 
 def test_host_evaluate_plays_each_episode_from_its_own_seed():
-    from envs.gymnasium_env import GymnasiumConfig, evaluation_env_maker
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, evaluation_env_maker
 
     make_env = evaluation_env_maker(GymnasiumConfig(id=TEST_ID))
     starts = []
@@ -325,7 +325,7 @@ def test_host_evaluate_plays_each_episode_from_its_own_seed():
 
 
 def config_error(**fields) -> ConfigError:
-    from envs.gymnasium_env import GymnasiumConfig, check_env_id
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, check_env_id
 
     with pytest.raises(ConfigError) as raised:
         check_env_id(GymnasiumConfig(**fields))
@@ -373,7 +373,7 @@ if ECHO_ID not in gymnasium.registry:
 
 
 def test_box_actions_pass_through_with_their_shape_and_dtype_clipped_to_the_bounds():
-    from framework.core.spaces import Box
+    from lightspeed.framework.core.spaces import Box
 
     env = HostVectorEnv(make_vector_env(ECHO_ID, 2), ECHO_ID)
     assert env.action_space == Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float32)
@@ -392,7 +392,7 @@ def test_a_discrete_action_algorithm_on_a_box_env_is_refused_in_one_paragraph(cl
 
 
 def test_an_explicit_cap_makes_an_uncapped_id_usable():
-    from envs.gymnasium_env import GymnasiumConfig, make_host_env
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, make_host_env
 
     env = make_host_env(GymnasiumConfig(id=UNCAPPED_ID, max_episode_steps=2), 2)
     env.reset(0)
@@ -405,7 +405,7 @@ def test_an_explicit_cap_makes_an_uncapped_id_usable():
 
 def test_minatar_keeps_bool_observations_and_its_step_caps():
     pytest.importorskip("minatar")
-    from envs.gymnasium_env import GymnasiumConfig, check_env_id, make_host_env
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, check_env_id, make_host_env
 
     assert check_env_id(GymnasiumConfig(id="MinAtar/Freeway-v1")).max_episode_steps == 2500
     env = make_host_env(GymnasiumConfig(id="MinAtar/Breakout-v1"), 2, AutoresetMode.SAME_STEP)
@@ -418,8 +418,8 @@ def test_minatar_keeps_bool_observations_and_its_step_caps():
 
 
 def test_greedy_returns_of_some_seeds_are_those_seeds_rows():
-    from envs.gymnasium_env import GymnasiumConfig, make_gymnasium
-    from framework.sebulba.trainer import greedy_returns, same_policy_seeds
+    from lightspeed.envs.gymnasium_env import GymnasiumConfig, make_gymnasium
+    from lightspeed.framework.sebulba.trainer import greedy_returns, same_policy_seeds
 
     env, _ = make_gymnasium(GymnasiumConfig(id=TEST_ID))
     params = {"action": np.array([2, 0, 1])}  # seed s always plays action params["action"][s]

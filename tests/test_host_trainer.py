@@ -11,13 +11,13 @@ import pytest
 from conftest import compose_config
 from test_host_env import TEST_ID
 
-from framework.app.train import train
-from framework.core.errors import ConfigError, HostRunError
-from framework.core.host_env import derived_seed
-from framework.run.policy import policy_path
-from framework.sebulba.actor import column_order
-from framework.sebulba.trainer import HostRun
-from framework.tools.evaluate import main as evaluate_main
+from lightspeed.framework.app.train import train
+from lightspeed.framework.core.errors import ConfigError, HostRunError
+from lightspeed.framework.core.host_env import derived_seed
+from lightspeed.framework.run.policy import policy_path
+from lightspeed.framework.sebulba.actor import column_order
+from lightspeed.framework.sebulba.trainer import HostRun
+from lightspeed.framework.tools.evaluate import main as evaluate_main
 
 SHORT = ["env=gymnasium", "total_env_steps=2048", "eval_every=1024", "log_every=1024", "eval_episodes=2",
          "final_eval_episodes=3", "num_seeds=2", "algo.learning_starts=256"]
@@ -108,7 +108,7 @@ def test_free_running_learns_between_blocks_and_ends(tmp_path):
 
 
 def test_an_evaluation_longer_than_the_timeout_holds_the_run_without_failing_it(monkeypatch, tmp_path):
-    import framework.sebulba.trainer as host_trainer
+    import lightspeed.framework.sebulba.trainer as host_trainer
 
     greedy_returns, played, slow = host_trainer.greedy_returns, [], 8.0  # seconds, past runtime.timeout_s
 
@@ -150,8 +150,8 @@ def test_what_the_host_path_refuses(overrides, key, tmp_path):
 def test_host_env_seeds_stay_below_2_to_the_32():
     """numpy's legacy RandomState (MinAtar's package) refuses larger seeds: seed=4242 used to crash the first
     evaluation of a MinAtar run. Every evaluation still gets a block of episode seeds of its own."""
-    from framework.core.host_env import MAX_VECTOR_ENVS, derived_seed
-    from framework.sebulba.trainer import EPISODES_APART, evaluation_seed
+    from lightspeed.framework.core.host_env import MAX_VECTOR_ENVS, derived_seed
+    from lightspeed.framework.sebulba.trainer import EPISODES_APART, evaluation_seed
 
     for seed in (0, 4242, 8086, 2**32 - 1):
         for num_seeds in (1, 10, 40):

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import pytest
 from conftest import compose_config, run_cli
 
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.run.policy import read_policy
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.run.policy import read_policy
 
 TARGET = 475.0
 SEED_BASE = 31  # never used to tune the defaults (tuned on seed=100, 200, 300)

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 from conftest import compose_config
 
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.core.env import EpisodeStatistics
-from framework.core.host_env import HostStep
-from framework.core.keys import rollout_draws
-from framework.core.spaces import Space
-from framework.sebulba.actor import first_round_keys, next_round_keys, with_device_axis
-from framework.sebulba.runtime import BoundedQueue, StopSignal
-from framework.sebulba.trainer import HostRun
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.env import EpisodeStatistics
+from lightspeed.framework.core.host_env import HostStep
+from lightspeed.framework.core.keys import rollout_draws
+from lightspeed.framework.core.spaces import Space
+from lightspeed.framework.sebulba.actor import first_round_keys, next_round_keys, with_device_axis
+from lightspeed.framework.sebulba.runtime import BoundedQueue, StopSignal
+from lightspeed.framework.sebulba.trainer import HostRun
 
 ROUNDS = 6
 RUN = [f"total_env_steps={32 * ROUNDS}", f"log_every={32 * ROUNDS}", f"eval_every={32 * ROUNDS}", "num_seeds=2",

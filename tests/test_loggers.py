@@ -5,7 +5,7 @@ import math
 import pytest
 from conftest import run_cli
 
-from framework.run.loggers import JsonlLogger, final_summary
+from lightspeed.framework.run.loggers import JsonlLogger, final_summary
 
 
 def test_wandb_logger_goes_offline_without_an_api_key(tmp_path, monkeypatch):

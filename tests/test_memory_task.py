@@ -13,10 +13,10 @@ import numpy as np
 from conftest import compose_config
 from flax import struct
 
-from framework.app.train import train
-from framework.core.env import Environment, StepResult
-from framework.core.errors import check, check_positive_int
-from framework.core.registry import register_env
+from lightspeed.framework.app.train import train
+from lightspeed.framework.core.env import Environment, StepResult
+from lightspeed.framework.core.errors import check, check_positive_int
+from lightspeed.framework.core.registry import register_env
 
 MAX_DELAY = 1000  # a bound a user would give: episodes stay short enough to evaluate
 

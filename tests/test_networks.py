@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.networks import Conv3x3, QNetwork, StridedConv
+from lightspeed.algorithms.common.networks import Conv3x3, QNetwork, StridedConv
 
 
 @pytest.mark.parametrize("size, stride, shape", [(8, 4, (84, 84, 4)), (4, 2, (20, 20, 32)), (3, 1, (9, 9, 64)),

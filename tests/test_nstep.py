@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.nstep import empty_window, oldest_transition, push
+from lightspeed.algorithms.common.nstep import empty_window, oldest_transition, push
 
 N, NUM_ENVS, OBS_DIM, GAMMA, STEPS = 3, 2, 4, 0.9, 9
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ("pyproject.toml", "README.md", "framework", "algorithms", "envs", "conf")
+SHIPPED = ("pyproject.toml", "README.md", "lightspeed", "framework", "algorithms", "envs", "conf")
 
 
 def run_ok(*argv) -> str:
@@ -60,11 +60,14 @@ def clean_env() -> dict:
 
 
 PROBE = """
-import importlib.metadata, json, sys
-import algorithms, envs, framework, framework.core.config as config
-print(json.dumps({"modules": [m.__file__ for m in (framework, algorithms, envs)], "conf": str(config.CONF_DIR),
-                  "shipped": sorted(p.name for p in config.CONF_DIR.iterdir()), "path": sys.path,
-                  "dist": str(importlib.metadata.distribution("lightspeed").locate_file(""))}))
+import importlib.metadata, importlib.util, json, sys
+top_level = [name for name in ("framework", "algorithms", "envs", "conf") if importlib.util.find_spec(name)]
+import lightspeed
+import lightspeed.algorithms as algorithms, lightspeed.envs as envs, lightspeed.framework as framework
+import lightspeed.framework.core.config as config
+print(json.dumps({"top_level": top_level, "modules": [m.__file__ for m in (framework, algorithms, envs, lightspeed)],
+                  "conf": str(config.CONF_DIR), "shipped": sorted(p.name for p in config.CONF_DIR.iterdir()),
+                  "path": sys.path, "dist": str(importlib.metadata.distribution("lightspeed").locate_file(""))}))
 """
 
 
@@ -74,9 +77,29 @@ def test_the_installed_package_holds_its_config_and_no_repository_path(installed
     site = installed / "lib"
     # the wheel's copy, with its metadata, in the venv: not the repository, nor this interpreter's editable install
     assert all(Path(module).is_relative_to(site) for module in seen["modules"]), seen["modules"]
-    assert Path(seen["dist"]).is_relative_to(site) and Path(seen["conf"]) == Path(seen["modules"][0]).parent / "conf"
+    package = Path(seen["modules"][3]).parent
+    assert [Path(module).parent.parent for module in seen["modules"][:3]] == [package] * 3  # all under lightspeed/
+    assert Path(seen["dist"]).is_relative_to(site) and Path(seen["conf"]) == package / "conf"
+    assert seen["top_level"] == []  # no generic top-level name is taken before lightspeed is imported
     assert not any(Path(entry).resolve() == ROOT for entry in seen["path"] if entry)
     assert {"config.yaml", "algo", "env", "algo_env", "logger", "distributed", "hydra", "sweep"} <= set(seen["shipped"])
+
+
+def test_the_python_api_example_runs_in_a_project_with_its_own_envs_package(installed, tmp_path):
+    """docs/python-api.md's worked example, in a folder whose envs/ is a regular package of its own, against the
+    installed wheel: env.id=envs.hallway:Hallway-v0 finds the project's module."""
+    from test_docs import blocks_of
+
+    env_module, script = [block for block in blocks_of(ROOT / "docs" / "python-api.md") if block.lang == "python"]
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text('"""This project\'s own environments."""\n')
+    (tmp_path / env_module.save).write_text(env_module.code)
+    (tmp_path / "train.py").write_text(script.code)
+    result = subprocess.run([installed / "bin" / "python", "train.py"], cwd=tmp_path, env=clean_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "final returns per seed: [1.0, 1.0]" in result.stdout and "did you mean algo.learning_rate" in result.stdout
+    assert json.loads((tmp_path / "runs" / "hallway" / "summary.json").read_text())["final_eval_return"] == 1.0
 
 
 def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):
@@ -86,7 +109,7 @@ def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "here" / "summary.json").read_text())
     assert summary["final_eval_return"] == 1.0  # both seeds reach the goal on every greedy episode
-    assert "python -m framework.tools.evaluate here" in result.stdout
+    assert "python -m lightspeed.framework.tools.evaluate here" in result.stdout
     help_text = subprocess.run([installed / "bin" / "lightspeed", "--help"], cwd=tmp_path, env=clean_env(),
                                capture_output=True, text=True, timeout=60).stdout
     assert "algo: apex, d4pg, dqn, ppo, r2d2, tabular_q" in help_text and "lightspeed [group=option ...]" in help_text

@@ -6,9 +6,9 @@ import textwrap
 import pytest
 from conftest import compose_config, run_cli
 
-from framework.core import registry
-from framework.core.config import validated
-from framework.core.errors import ConfigError
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.errors import ConfigError
 
 PLUGIN_MODULE = '''
 """A third-party package: a corridor env and a random-walk algorithm, registered by entry points."""
@@ -16,10 +16,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import struct
-from framework.core.algorithm import Algorithm
-from framework.core.env import Environment
-from framework.core.errors import check_positive_int
-from framework.core.registry import register_algorithm, register_env
+from lightspeed.framework.core.algorithm import Algorithm
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.errors import check_positive_int
+from lightspeed.framework.core.registry import register_algorithm, register_env
 
 
 @dataclasses.dataclass
@@ -138,7 +138,7 @@ def test_unknown_names_list_the_known_ones():
 
 
 def test_envs_make_applies_and_checks_overrides():
-    import envs
+    from lightspeed import envs
 
     env, params = envs.make("gridworld", height=4, width=5, start=[3, 4])
     assert env.grid_shape == (4, 5) and list(params.start) == [3, 4]
@@ -187,7 +187,7 @@ def test_an_algorithms_config_class_defaults_to_what_its_yaml_runs(algo):
     dataclass's (or interpolations, such as apex's `lr_decay_env_steps: ${total_env_steps}`), and
     `algo=<algo>` runs the dataclass's defaults except those (`make_apex(ApexConfig(), ...)` from Python
     builds the algorithm `algo=apex` runs, up to the keys its YAML sets)."""
-    from framework.core.config import CONF_DIR, TrainConfig
+    from lightspeed.framework.core.config import CONF_DIR, TrainConfig
 
     config_class = registry.lookup("algo", algo).config_class
     own = own_keys(CONF_DIR / "algo" / f"{algo}.yaml")
@@ -205,7 +205,7 @@ def test_an_algorithms_config_class_defaults_to_what_its_yaml_runs(algo):
 
 
 def conf_files(*groups: str) -> list:
-    from framework.core.config import CONF_DIR
+    from lightspeed.framework.core.config import CONF_DIR
 
     return sorted(path for group in groups for path in (CONF_DIR / group).glob("*.yaml"))
 
@@ -214,7 +214,7 @@ def schema_class(path) -> type:
     """The dataclass a file in conf/ extends: the `<group>_<name>_schema` entry of its defaults list."""
     from omegaconf import OmegaConf
 
-    from framework.core.config import DistributedConfig, LoggerConfig, TrainConfig
+    from lightspeed.framework.core.config import DistributedConfig, LoggerConfig, TrainConfig
 
     entries = [entry for entry in OmegaConf.load(path).get("defaults", []) if isinstance(entry, str)]
     schema = next(entry for entry in entries if "_schema" in entry).lstrip("/").partition("@")[0]
@@ -241,7 +241,7 @@ def test_a_group_option_sets_only_what_it_changes(path):
 
 
 def test_the_top_level_config_sets_only_what_it_changes():
-    from framework.core.config import CONF_DIR, TrainConfig
+    from lightspeed.framework.core.config import CONF_DIR, TrainConfig
 
     assert schema_class(CONF_DIR / "config.yaml") is TrainConfig
     assert not repeated_keys(own_keys(CONF_DIR / "config.yaml"), dataclass_defaults(TrainConfig))
@@ -264,7 +264,7 @@ def test_an_algo_env_file_sets_only_what_it_changes(path):
 
 def test_help_lists_the_groups_a_user_chooses_and_how_to_see_every_key(plugin_path):
     """`python run.py --help`: the groups and their options (a plugin's too), no internal schema configs."""
-    from framework.app.cli import group_options
+    from lightspeed.framework.app.cli import group_options
 
     result = run_cli("--help", env={"PYTHONPATH": str(plugin_path)})
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""The saved policy as a product: load_policy, `python -m framework.tools.evaluate`, GIFs, and bad input."""
+"""The saved policy as a product: load_policy, `python -m lightspeed.framework.tools.evaluate`, GIFs, and bad input."""
 import dataclasses
 import json
 from types import SimpleNamespace
@@ -11,18 +11,19 @@ import pytest
 from conftest import ROOT, run_cli, run_python
 from PIL import Image
 
-from envs import make
-from envs.gridworld import CELL_PIXELS, COLOURS
-from framework.core import registry
-from framework.core.errors import ConfigError
-from framework.run.policy import load_policy, read_policy, save_policies
+from lightspeed.envs import make
+from lightspeed.envs.gridworld import CELL_PIXELS, COLOURS
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.run.policy import load_policy, read_policy, save_policies
 
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
 def evaluate_cli(*args, env=None):
-    """`python -m framework.tools.evaluate ARGS` in a subprocess."""
-    return run_python(*map(str, args), module="framework.tools.evaluate", env={"PYTHONPATH": str(ROOT), **(env or {})})
+    """`python -m lightspeed.framework.tools.evaluate ARGS` in a subprocess."""
+    return run_python(*map(str, args), module="lightspeed.framework.tools.evaluate",
+                      env={"PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def one_paragraph_error(result):
@@ -90,7 +91,7 @@ def test_the_evaluate_command_reproduces_the_runs_final_evaluation(dqn_run):
 
 
 def test_another_seed_plays_other_episodes(dqn_run):
-    from framework.tools.evaluate import main
+    from lightspeed.framework.tools.evaluate import main
 
     run_dir, _ = dqn_run
     # the command's main() in this process (the tests above and below run the command itself)
@@ -163,7 +164,7 @@ def _fake_train_config(algo_name: str, env_name: str, **algo_overrides):
 def test_save_then_load_acts_bit_identically(tmp_path, algo_name, env_name):
     train_cfg = _fake_train_config(algo_name, env_name)
     env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
-    from framework.run.policy import abstract_policy
+    from lightspeed.framework.run.policy import abstract_policy
 
     template = abstract_policy(algorithm, env, env_params)
     # random policies, not the initial ones: every array must survive the round trip exactly
@@ -201,7 +202,7 @@ def test_a_policy_file_that_does_not_fit_its_config_is_named(tmp_path):
     env, env_params, algorithm = registry.build(train_cfg.env, train_cfg.algo)
     small = _fake_train_config("dqn", "cartpole", hidden_sizes=[32, 32])
     _, _, small_algorithm = registry.build(small.env, small.algo)
-    from framework.run.policy import abstract_policy
+    from lightspeed.framework.run.policy import abstract_policy
 
     small_template = abstract_policy(small_algorithm, env, env_params)
     policies = jax.tree.map(lambda leaf: np.zeros((2, *leaf.shape), leaf.dtype), small_template)
@@ -226,9 +227,9 @@ def test_bad_input_to_load_policy_is_one_paragraph(dqn_run, tmp_path):
 
 
 def evaluate_error_in_process(capsys, *args) -> str:
-    """What `python -m framework.tools.evaluate ARGS` prints before it exits 2, from its main() in this process: a
-    ConfigError (its __main__ prints the message) or argparse's exit 2 (the message on stderr)."""
-    from framework.tools.evaluate import main
+    """What `python -m lightspeed.framework.tools.evaluate ARGS` prints before it exits 2, from its main() in this
+    process: a ConfigError (its __main__ prints the message) or argparse's exit 2 (the message on stderr)."""
+    from lightspeed.framework.tools.evaluate import main
 
     capsys.readouterr()
     try:

@@ -5,7 +5,7 @@ most an episode can pay, 48 x 1/48 = 1.0 over 51 steps; answering one fixed suit
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envs.gymnasium_vector import HostVectorEnv, make_vector_env
+from lightspeed.envs.gymnasium_vector import HostVectorEnv, make_vector_env
 
 REPEAT_PREVIOUS = "popgym:popgym-RepeatPreviousEasy-v0"
 NUM_ENVS, EPISODES = 2, 3

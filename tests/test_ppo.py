@@ -14,15 +14,21 @@ import pytest
 import scipy.stats
 from conftest import compose_config, run_cli, run_python
 
-from algorithms.common.advantages import gae, normalized
-from algorithms.common.distributions import Categorical, DiagonalGaussian
-from algorithms.common.normalization import empty_stats, updated
-from algorithms.common.policy_losses import approx_kl, clipped_surrogate, masked_mean, outside_clip_range, value_errors
-from algorithms.ppo import PPOExtras
-from framework.anakin.trainer import build
-from framework.core.algorithm import ActorStep
-from framework.core.config import validated
-from framework.run.policy import load_policy
+from lightspeed.algorithms.common.advantages import gae, normalized
+from lightspeed.algorithms.common.distributions import Categorical, DiagonalGaussian
+from lightspeed.algorithms.common.normalization import empty_stats, updated
+from lightspeed.algorithms.common.policy_losses import (
+    approx_kl,
+    clipped_surrogate,
+    masked_mean,
+    outside_clip_range,
+    value_errors,
+)
+from lightspeed.algorithms.ppo import PPOExtras
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.algorithm import ActorStep
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.run.policy import load_policy
 
 
 def gae_of(discount: float, lam: float, **columns) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -263,7 +269,7 @@ def test_a_host_ppo_policy_steps_gymnasiums_own_pendulum_by_hand_and_evaluate_re
         assert action.dtype == np.float32 and action.shape == (1,) and -2.0 <= action[0] <= 2.0
         obs, _, terminated, truncated, _ = env.step(action)
         done = terminated or truncated
-    evaluated = run_python(str(tmp_path), "--episodes", "3", module="framework.tools.evaluate", timeout=300)
+    evaluated = run_python(str(tmp_path), "--episodes", "3", module="lightspeed.framework.tools.evaluate", timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads((tmp_path / "evaluation.json").read_text())["seeds"][0]["mean"] == pytest.approx(final)
 

@@ -108,7 +108,7 @@ def test_sigterm_on_the_host_path_stops_every_worker_checkpoints_and_resumes(tmp
 
 SIGNALLED_TWICE = """import os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from framework.run.common import StopRequest
+from lightspeed.framework.run.common import StopRequest
 with StopRequest() as stop:
     os.kill(os.getpid(), signal.SIG{name})
     time.sleep(0.2)  # the first one handled: a stop requested, the loop would finish its chunk

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
+from lightspeed.algorithms.common.prioritized_replay import importance_weights, make_prioritized_replay
 
 ALPHA = 0.6
 

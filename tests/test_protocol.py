@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from conftest import compose_config, run_cli
 
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.core.evaluation import make_evaluate
-from framework.core.keys import FINAL_EVALUATION, run_keys
-from framework.run.policy import read_policy
-from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.evaluation import make_evaluate
+from lightspeed.framework.core.keys import FINAL_EVALUATION, run_keys
+from lightspeed.framework.run.policy import read_policy
+from lightspeed.framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
 
 
 def history_of(returns_per_evaluation, target=475.0, window=3, every=1000):

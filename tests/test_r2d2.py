@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from conftest import compose_config
 
-from algorithms.common.recurrent import polar_orthogonal, unroll, zero_state
-from algorithms.common.sequence_replay import StepRecord, make_sequence_replay
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.sebulba.actor import with_device_axis
+from lightspeed.algorithms.common.recurrent import polar_orthogonal, unroll, zero_state
+from lightspeed.algorithms.common.sequence_replay import StepRecord, make_sequence_replay
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.sebulba.actor import with_device_axis
 
 NUM_ENVS, CAPACITY, LENGTH, PERIOD, BLOCK = 2, 24, 7, 4, 4
 
@@ -163,7 +163,7 @@ def test_the_recurrent_kernel_init_is_orthogonal(shape):
 def test_the_recurrent_kernel_init_is_finite_as_the_trainer_compiles_init():
     """One seed, XLA's optimization level 0 (the trainer's options for init): 60 unrolled iterations gave NaN here
     (every R2D2 run with num_seeds=1 then acted on NaN Q-values); the loop does not."""
-    from framework.anakin.trainer import CPU_COMPILER_OPTIONS
+    from lightspeed.framework.anakin.trainer import CPU_COMPILER_OPTIONS
 
     keys = jax.random.split(jax.random.key(0), 1)
     init = jax.jit(jax.vmap(lambda key: polar_orthogonal(key, (64, 64)))).lower(keys).compile(CPU_COMPILER_OPTIONS[0])

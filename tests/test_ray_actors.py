@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from framework.core.config import RayConfig
-from framework.core.errors import ConfigError
-from framework.sebulba.ray.cluster import check_ports_free
+from lightspeed.framework.core.config import RayConfig
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.sebulba.ray.cluster import check_ports_free
 
 SCENARIOS = ROOT / "tests" / "ray_scenarios.py"
 
@@ -237,7 +237,7 @@ def test_ray_or_its_client_extra_missing_is_a_config_error_before_anything_start
     """A plain `pip install ray` has no grpcio, and its local head would refuse its client port with a traceback."""
     import importlib.util
 
-    from framework.core.config import TrainConfig
+    from lightspeed.framework.core.config import TrainConfig
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == missing else find_spec(name))
@@ -270,8 +270,8 @@ def test_ten_free_running_seeds_on_two_nodes_end_solved(kill, tmp_path):
 
 
 def test_an_actor_process_refuses_a_driver_of_other_versions():
-    from framework.sebulba.ray.actors import ActorProcess
-    from framework.sebulba.ray.cluster import versions
+    from lightspeed.framework.sebulba.ray.actors import ActorProcess
+    from lightspeed.framework.sebulba.ray.cluster import versions
 
     driver = {**versions(), "jax": "0.0.1"}
     with pytest.raises(RuntimeError, match=r"the driver .*'jax': '0.0.1'.*lightspeed, jax and Python"):

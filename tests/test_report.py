@@ -1,5 +1,5 @@
-"""framework.tools.report: statistics, grouping and the files it writes, on hand-made run dirs and on one real
-multirun."""
+"""lightspeed.framework.tools.report: statistics, grouping and the files it writes, on hand-made run dirs and on one
+real multirun."""
 import json
 import subprocess
 import sys
@@ -11,7 +11,7 @@ import yaml
 from conftest import ROOT
 from scipy.stats import trim_mean
 
-from framework.tools import report
+from lightspeed.framework.tools import report
 
 
 def write_run(run_dir: Path, overrides: list[str], finals: list[float], solved_steps: list | None = None,
@@ -49,7 +49,7 @@ def markdown_rows(report_md: str) -> dict[str, list[str]]:
 
 
 def run_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "framework.tools.report", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "lightspeed.framework.tools.report", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -3,9 +3,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from framework.core.algorithm import Memory
-from framework.core.errors import ConfigError
-from framework.run.resources import GIB, check_fits, state_bytes
+from lightspeed.framework.core.algorithm import Memory
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.run.resources import GIB, check_fits, state_bytes
 
 STATE = {"replay_state": {"obs": jax.ShapeDtypeStruct((1000, 4), jnp.float32)}, "params": jnp.zeros(10)}
 

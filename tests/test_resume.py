@@ -283,9 +283,9 @@ def test_sigkill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_p
 
 def test_a_checkpoint_of_the_flat_layout_is_refused_in_one_paragraph():
     """Before framework/ was laid out by shape, a checkpoint's JSON was the driver's own progress dict."""
-    from framework.core.errors import ConfigError
-    from framework.run.loop import PROGRESS_LAYOUT, Progress
-    from framework.run.protocol import EvaluationHistory
+    from lightspeed.framework.core.errors import ConfigError
+    from lightspeed.framework.run.loop import PROGRESS_LAYOUT, Progress
+    from lightspeed.framework.run.protocol import EvaluationHistory
 
     flat = {"chunk": 3, "env_steps": 15360, "train_seconds": 4.2, "metrics_lines": 3, "history": {}}
     with pytest.raises(ConfigError) as refused:

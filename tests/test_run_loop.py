@@ -3,8 +3,8 @@ import types
 
 import numpy as np
 
-from framework.run.loop import RunLoop
-from framework.run.protocol import BestPolicies
+from lightspeed.framework.run.loop import RunLoop
+from lightspeed.framework.run.protocol import BestPolicies
 
 
 def a_loop(num_seeds: int, target: float | None, window: int = 2) -> RunLoop:

@@ -11,12 +11,12 @@ import pytest
 from conftest import compose_config, run_cli, run_python
 from PIL import Image
 
-import envs
-from framework.anakin.trainer import build
-from framework.core.config import validated
-from framework.core.evaluation import make_evaluate, make_record_episode
-from framework.run.common import format_outputs, learning_curve_title
-from framework.tools import evaluate
+from lightspeed import envs
+from lightspeed.framework.anakin.trainer import build
+from lightspeed.framework.core.config import validated
+from lightspeed.framework.core.evaluation import make_evaluate, make_record_episode
+from lightspeed.framework.run.common import format_outputs, learning_curve_title
+from lightspeed.framework.tools import evaluate
 
 SHORT_DQN = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=4096", "log_every=2048", "eval_every=2048",
              "eval_episodes=2", "final_eval_episodes=8", "algo.learning_starts=500")
@@ -38,13 +38,13 @@ def test_the_last_lines_name_the_run_dir_and_what_it_holds(short_run):
     listed = [name.split(" (")[0].rstrip("/") for name in outputs.split(": ", 1)[1].split(", ")]
     assert sorted(listed) == sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("."))
     assert {"summary.json", "learning_curve.png", "policies", "metrics.jsonl", "config.yaml"} <= set(listed)
-    assert play == f"play the saved policies: python -m framework.tools.evaluate {run_dir}"
+    assert play == f"play the saved policies: python -m lightspeed.framework.tools.evaluate {run_dir}"
 
 
 def test_the_play_line_runs_and_its_gif_is_the_first_episode_it_prints(short_run, tmp_path, capsys):
     run_dir, lines = short_run
     python, dash_m, module, *args = shlex.split(lines[-1].split(": ", 1)[1])
-    assert (python, dash_m, module) == ("python", "-m", "framework.tools.evaluate")
+    assert (python, dash_m, module) == ("python", "-m", "lightspeed.framework.tools.evaluate")
     gif = tmp_path / "episode.gif"
     record = evaluate.main([*args, "--episodes", "8", "--gif", str(gif)])
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -64,7 +64,7 @@ def test_a_run_dir_under_the_working_directory_is_shown_relative(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     assert format_outputs(tmp_path / "runs" / "first") == [
         "outputs in runs/first: summary.json (the result), checkpoints/",
-        "play the saved policies: python -m framework.tools.evaluate runs/first"]
+        "play the saved policies: python -m lightspeed.framework.tools.evaluate runs/first"]
 
 
 def test_the_learning_curve_names_the_env_it_shows(short_run):

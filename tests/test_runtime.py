@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from framework.sebulba.runtime import (
+from lightspeed.framework.sebulba.runtime import (
     BoundedQueue,
     ParameterStore,
     RateLimiter,

@@ -4,7 +4,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.sequence_targets import SequenceSteps, n_step_targets, rescale, sequence_priority, unrescale
+from lightspeed.algorithms.common.sequence_targets import (
+    SequenceSteps,
+    n_step_targets,
+    rescale,
+    sequence_priority,
+    unrescale,
+)
 
 
 def test_rescale_and_its_inverse_undo_each_other():

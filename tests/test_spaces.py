@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from framework.core import registry
-from framework.core.env import Environment
-from framework.core.errors import PluginError
-from framework.core.host_env import env_action, env_actions
-from framework.core.spaces import BOX, DISCRETE, Box, Discrete, from_gymnasium
+from lightspeed import envs
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.errors import PluginError
+from lightspeed.framework.core.host_env import env_action, env_actions
+from lightspeed.framework.core.spaces import BOX, DISCRETE, Box, Discrete, from_gymnasium
 
 
 def test_built_in_envs_declare_their_spaces():

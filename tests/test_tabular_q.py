@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from conftest import compose_config
 
-from algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
-from algorithms.tabular_q import TabularQConfig, make_tabular_q
-from envs import make
-from framework.app.train import train
+from lightspeed.algorithms.common.exploration import epsilon_greedy, greedy_with_random_ties
+from lightspeed.algorithms.tabular_q import TabularQConfig, make_tabular_q
+from lightspeed.envs import make
+from lightspeed.framework.app.train import train
 
 MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
 DISCOUNT = 0.9
@@ -141,7 +141,7 @@ def test_random_starts_learn_the_optimal_policy_from_every_cell(tmp_path):
 
 def test_the_picture_draws_each_agents_own_greedy_path():
     """Two agents that take different routes: each path is its own, not the path of their mean table."""
-    from algorithms.tabular_q import greedy_paths
+    from lightspeed.algorithms.tabular_q import greedy_paths
 
     env, env_params = make("gridworld", height=2, width=3, start=[1, 2], goal=[0, 0])
     algorithm = make_tabular_q(TabularQConfig(num_agents=2), env, env_params)

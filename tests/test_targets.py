@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.common.targets import huber, n_step_transition, q_targets, squared, td_errors
-from algorithms.common.transition import Transition
+from lightspeed.algorithms.common.targets import huber, n_step_transition, q_targets, squared, td_errors
+from lightspeed.algorithms.common.transition import Transition
 
 GAMMA = 0.5
 REWARDS = jnp.array([1.0, 2.0, 4.0])

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from conftest import ROOT, shared_dir, start_python
 
-from framework.core import registry
-from framework.run.policy import load_policy
+from lightspeed.framework.core import registry
+from lightspeed.framework.run.policy import load_policy
 
 PLUGIN_MODULE = '''
 """A third-party package: a recurrent algorithm, a continuous-action algorithm and a Box-action env, each written
@@ -51,11 +51,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.core.algorithm import ActorLearner, Algorithm
-from framework.core.env import Environment
-from framework.core.errors import check_number, check_positive_int
-from framework.core.registry import register_algorithm, register_env
-from framework.core.spaces import Box
+from lightspeed.framework.core.algorithm import ActorLearner, Algorithm
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.errors import check_number, check_positive_int
+from lightspeed.framework.core.registry import register_algorithm, register_env
+from lightspeed.framework.core.spaces import Box
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -467,7 +467,7 @@ def run_everything(directory: Path) -> None:
             (directory / f"{name}.json").write_text(json.dumps(result))
             if name in RUNS and result["returncode"] == 0:
                 evaluations[name] = start_python(str(directory / name), "--episodes", "3",
-                                                 module="framework.tools.evaluate", env=env)
+                                                 module="lightspeed.framework.tools.evaluate", env=env)
         for name, running in evaluations.items():
             (directory / f"{name}.evaluate.json").write_text(json.dumps(finish(running)))
     finally:  # one that failed to finish leaves none of the others running

@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algorithms.common.uniform_replay import make_uniform_replay
+from lightspeed.algorithms.common.uniform_replay import make_uniform_replay
 
 
 def _counts(replay, state, draws, capacity):

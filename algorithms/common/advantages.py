@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.policy_losses import masked_mean
+from lightspeed.algorithms.common.policy_losses import masked_mean
 
 
 def gae(rewards: jax.Array, values: jax.Array, next_values: jax.Array, terminated: jax.Array, done: jax.Array,

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.errors import ConfigError
+from lightspeed.framework.core.errors import ConfigError
 
 NOISES = ("gaussian", "ou")
 

@@ -16,16 +16,16 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from algorithms.common.exploration import epsilon_greedy
-from algorithms.common.networks import QNetwork, select_tree
-from algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
-from algorithms.common.optimizer import apply_gradients, clipped_adam
-from algorithms.common.prioritized_replay import importance_weights, priority_metrics
-from algorithms.common.replays import Replay, ReplayItems, count_filled
-from algorithms.common.targets import td_errors
-from algorithms.common.transition import Transition
-from framework.core.algorithm import ActorLearner, ActorStep, Metrics
-from framework.core.devices import mean_over_devices
+from lightspeed.algorithms.common.exploration import epsilon_greedy
+from lightspeed.algorithms.common.networks import QNetwork, select_tree
+from lightspeed.algorithms.common.nstep import NStepWindow, empty_window, oldest_transition, push
+from lightspeed.algorithms.common.optimizer import apply_gradients, clipped_adam
+from lightspeed.algorithms.common.prioritized_replay import importance_weights, priority_metrics
+from lightspeed.algorithms.common.replays import Replay, ReplayItems, count_filled
+from lightspeed.algorithms.common.targets import td_errors
+from lightspeed.algorithms.common.transition import Transition
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Metrics
+from lightspeed.framework.core.devices import mean_over_devices
 
 PRIORITY_EPSILON = 1e-6  # keeps every stored transition sampleable
 

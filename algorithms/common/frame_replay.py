@@ -27,9 +27,9 @@ import jax.numpy as jnp
 from flashbax.buffers import sum_tree
 from flax import struct
 
-from algorithms.common.prioritized_replay import set_leaves, stratified_sample
-from algorithms.common.targets import n_step_transition
-from algorithms.common.transition import Transition
+from lightspeed.algorithms.common.prioritized_replay import set_leaves, stratified_sample
+from lightspeed.algorithms.common.targets import n_step_transition
+from lightspeed.algorithms.common.transition import Transition
 
 
 @struct.dataclass

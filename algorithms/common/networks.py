@@ -5,7 +5,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from framework.core.errors import check, check_choice
+from lightspeed.framework.core.errors import check, check_choice
 
 MAX_WIDTH = 8192  # a layer of 1e8 units passed the state-size check, then ran out of memory in its activations
 ACTIVATIONS = {"relu": nn.relu, "tanh": nn.tanh, "gelu": nn.gelu, "silu": nn.silu, "elu": nn.elu}

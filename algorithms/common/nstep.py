@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from algorithms.common.targets import n_step_transition
-from algorithms.common.transition import Transition
+from lightspeed.algorithms.common.targets import n_step_transition
+from lightspeed.algorithms.common.transition import Transition
 
 
 @struct.dataclass

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from framework.core.errors import check_number, check_positive_int
+from lightspeed.framework.core.errors import check_number, check_positive_int
 
 
 def clipped_adam(max_grad_norm: float) -> optax.GradientTransformation:

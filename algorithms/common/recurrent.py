@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.networks import make_q_network, q_head, torso_features
+from lightspeed.algorithms.common.networks import make_q_network, q_head, torso_features
 
 
 def polar_orthogonal(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:

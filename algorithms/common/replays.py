@@ -13,12 +13,12 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
-from algorithms.common.frame_replay import FrameStep, make_frame_replay
-from algorithms.common.nstep import empty_window, oldest_transition
-from algorithms.common.prioritized_replay import make_prioritized_replay
-from algorithms.common.transition import Transition
-from algorithms.common.uniform_replay import make_uniform_replay
-from framework.core.errors import check
+from lightspeed.algorithms.common.frame_replay import FrameStep, make_frame_replay
+from lightspeed.algorithms.common.nstep import empty_window, oldest_transition
+from lightspeed.algorithms.common.prioritized_replay import make_prioritized_replay
+from lightspeed.algorithms.common.transition import Transition
+from lightspeed.algorithms.common.uniform_replay import make_uniform_replay
+from lightspeed.framework.core.errors import check
 
 FRAME_STEP_KEYS = ("action", "reward", "terminated", "truncated", "acted", "start", "fresh")
 Record = Transition | FrameStep  # what an actor sends the replay: its n-step items, or a frame replay's steps

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flashbax.buffers import sum_tree
 from flax import struct
 
-from algorithms.common.prioritized_replay import set_leaves, stratified_sample
+from lightspeed.algorithms.common.prioritized_replay import set_leaves, stratified_sample
 
 
 class StepRecord(NamedTuple):

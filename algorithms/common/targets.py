@@ -5,7 +5,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from algorithms.common.transition import Transition
+from lightspeed.algorithms.common.transition import Transition
 
 
 def n_step_transition(rewards: jax.Array, terminated: jax.Array, truncated: jax.Array, next_obs: jax.Array,

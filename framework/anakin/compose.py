@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics, check_parts
-from framework.core.devices import device_index
-from framework.core.env import EpisodeStatistics
-from framework.core.keys import rollout_draws
-from framework.core.spaces import clip_actions
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Algorithm, Metrics, check_parts
+from lightspeed.framework.core.devices import device_index
+from lightspeed.framework.core.env import EpisodeStatistics
+from lightspeed.framework.core.keys import rollout_draws
+from lightspeed.framework.core.spaces import clip_actions
 
 
 class PartsState(NamedTuple):

@@ -18,19 +18,19 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 from omegaconf import DictConfig
 
-from framework.anakin.compose import composed
-from framework.core import registry
-from framework.core.algorithm import Algorithm, check_outputs
-from framework.core.config import TrainConfig, chunk_updates
-from framework.core.devices import DEVICE_AXIS, is_writer, make_mesh, to_devices, to_host
-from framework.core.errors import TrainingDiverged
-from framework.core.evaluation import make_evaluate
-from framework.core.keys import FINAL_EVALUATION, run_keys
-from framework.run.common import StopRequest, open_run_dir, rate_name
-from framework.run.loop import RunLoop
-from framework.run.progress import ProgressBar
-from framework.run.protocol import BestPolicies
-from framework.run.resources import check_fits
+from lightspeed.framework.anakin.compose import composed
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.algorithm import Algorithm, check_outputs
+from lightspeed.framework.core.config import TrainConfig, chunk_updates
+from lightspeed.framework.core.devices import DEVICE_AXIS, is_writer, make_mesh, to_devices, to_host
+from lightspeed.framework.core.errors import TrainingDiverged
+from lightspeed.framework.core.evaluation import make_evaluate
+from lightspeed.framework.core.keys import FINAL_EVALUATION, run_keys
+from lightspeed.framework.run.common import StopRequest, open_run_dir, rate_name
+from lightspeed.framework.run.loop import RunLoop
+from lightspeed.framework.run.progress import ProgressBar
+from lightspeed.framework.run.protocol import BestPolicies
+from lightspeed.framework.run.resources import check_fits
 
 
 def _on_this_device(tree: Any) -> Any:

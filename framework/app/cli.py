@@ -11,16 +11,20 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from framework.core import registry
-from framework.core.config import CONF_DIR
-from framework.core.errors import ConfigError, check_writable_dir
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.config import CONF_DIR
+from lightspeed.framework.core.errors import ConfigError, check, check_writable_dir
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 GROUPS = ("algo", "env", "logger", "distributed", "sweep")  # the groups a command line picks options of
 
 
-class ComposeError(ValueError):
-    """Hydra could not build a config from the overrides (wrong type, unknown key, ...)."""
+class ComposeError(ConfigError):
+    """Hydra could not build a config from the overrides (wrong type, unknown key, ...): its own one paragraph."""
+
+    def __init__(self, message: str):
+        self.key = self.value = self.allowed = None
+        ValueError.__init__(self, message)
 
 
 def group_options(group: str) -> list[str]:
@@ -53,7 +57,8 @@ def check_group_choices(overrides: Sequence[str]) -> None:
 
 def did_you_mean(name: str, known: Sequence[str]) -> str:
     """"; did you mean x?" for the known names closest to a misspelt one, "" when none is close."""
-    close = difflib.get_close_matches(name, known, n=2, cutoff=0.7)
+    # one letter off in a short name (dqm for dqn) scores 0.67: below the cutoff that keeps long keys' matches close
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.6 if len(name) <= 5 else 0.7)
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
@@ -138,6 +143,15 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
             check_writable_dir(Path(value), key)
 
 
+def check_resume_names_its_run(overrides: Sequence[str], multirun: bool) -> None:
+    """resume=true continues the run in the dir it names: Hydra's default dir is a new one, with no checkpoint."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    resumes = any(override.lower() in ("resume=true", "resume=1") for override in overrides)
+    names_dir = any(override.partition("=")[0] == key for override in overrides)
+    check(not resumes or names_dir, "resume", True, f"resume=true with {key}=<the dir of the run to continue> (the "
+          "stopped run printed that command)", f"without {key} a run gets a new dir, which holds no checkpoint")
+
+
 # keys whose names the schema cannot know in advance (a gymnax env's own params, custom Ray resources): added,
 # not overridden
 OPEN_KEYS = ("env.params.", "ray.actor_resources.")
@@ -159,6 +173,7 @@ def preflight(argv: Sequence[str]) -> list[str]:
         if not multirun:
             check_composes(overrides)
         check_output_dir(overrides, multirun)
+        check_resume_names_its_run(overrides, multirun)
     except (ConfigError, ComposeError) as error:
         print(error, file=sys.stderr)
         sys.exit(2)

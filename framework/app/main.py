@@ -12,9 +12,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from framework.app.cli import HELP_FLAGS, help_text, preflight
-from framework.core.config import CONF_DIR, register_schemas
-from framework.core.errors import ConfigError, HostRunError, PluginError, TrainingDiverged
+from lightspeed.framework.app.cli import HELP_FLAGS, help_text, preflight
+from lightspeed.framework.core.config import CONF_DIR, register_schemas
+from lightspeed.framework.core.errors import ConfigError, HostRunError, PluginError, TrainingDiverged
 
 # the shell's 128 + signal number: what the signal's default action would have given
 STOP_EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
@@ -64,7 +64,9 @@ LAUNCH_TIME: Optional[float] = None  # set by main(): when the process started, 
 
 def run_job(cfg: DictConfig) -> float | None:
     """One Hydra job: train, report a failure as its paragraph and exit status, return the final return."""
-    from framework.app.train import train  # JAX and the drivers: imported once the command line is known good
+    from lightspeed.framework.app.train import (
+        train,  # JAX and the drivers: imported once the command line is known good
+    )
 
     for noisy in ("jax", "absl"):  # Hydra sets the root logger to INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)

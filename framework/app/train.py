@@ -8,12 +8,12 @@ from typing import Optional
 
 from omegaconf import DictConfig
 
-from framework.anakin.trainer import train_single_program
-from framework.core import registry
-from framework.core.config import CONF_DIR, validated
-from framework.core.devices import check_num_devices, initialize_distributed, jax_options
-from framework.run.progress import print_line, run_log
-from framework.sebulba.trainer import train_host
+from lightspeed.framework.anakin.trainer import train_single_program
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.config import CONF_DIR, validated
+from lightspeed.framework.core.devices import check_num_devices, initialize_distributed, jax_options
+from lightspeed.framework.run.progress import print_line, run_log
+from lightspeed.framework.sebulba.trainer import train_host
 
 
 def applied_settings_line(algo_env: Optional[str]) -> Optional[str]:

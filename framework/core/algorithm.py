@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.devices import with_device_axis
-from framework.core.errors import PluginError
+from lightspeed.framework.core.devices import with_device_axis
+from lightspeed.framework.core.errors import PluginError
 
 Metrics = dict[str, jax.Array]
 

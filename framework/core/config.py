@@ -15,16 +15,21 @@ from typing import Any, Dict, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from framework.core import registry
-from framework.core.errors import ConfigError, check, check_choice, check_number, check_positive_int, install_hint
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.errors import (
+    ConfigError,
+    check,
+    check_choice,
+    check_number,
+    check_positive_int,
+    install_hint,
+)
 
 
 def conf_dir() -> Path:
-    """The built-in config groups: shipped inside the installed package (framework/conf), or the repository's
+    """The built-in config groups, beside framework/: the installed package's lightspeed/conf, or the repository's
     conf/ in a source checkout or an editable install."""
-    package_root = Path(__file__).resolve().parent.parent
-    shipped = package_root / "conf"
-    return shipped if (shipped / "config.yaml").exists() else package_root.parent / "conf"
+    return Path(__file__).resolve().parent.parent.parent / "conf"
 
 
 CONF_DIR = conf_dir()

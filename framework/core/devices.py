@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
-from framework.core.errors import ConfigError, check, check_writable_dir
+from lightspeed.framework.core.errors import ConfigError, check, check_writable_dir
 
 DEVICE_AXIS = "device"
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from framework.core.spaces import Box, Discrete, Space
+from lightspeed.framework.core.spaces import Box, Discrete, Space
 
 StepResult = tuple[jax.Array, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
 

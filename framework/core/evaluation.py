@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.env import Environment
-from framework.core.spaces import clip_actions
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.spaces import clip_actions
 
 
 def batch_act(act: Callable, act_init: Callable, num_episodes: int) -> tuple[Callable, Callable]:

@@ -16,8 +16,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from framework.core.env import Environment
-from framework.core.spaces import Box, Discrete, Space, from_gymnasium
+from lightspeed.framework.core.env import Environment
+from lightspeed.framework.core.spaces import Box, Discrete, Space, from_gymnasium
 
 # numpy's legacy RandomState (MinAtar's package, many users' envs) takes seeds in [0, 2**32) only
 SEED_SPACE = 2**32

@@ -11,12 +11,12 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from framework.core.algorithm import check_fields
-from framework.core.errors import ConfigError, PluginError, check
-from framework.core.spaces import BOX, DISCRETE, Box, Discrete
+from lightspeed.framework.core.algorithm import check_fields
+from lightspeed.framework.core.errors import ConfigError, PluginError, check
+from lightspeed.framework.core.spaces import BOX, DISCRETE, Box, Discrete
 
 ENTRY_POINT_GROUPS = {"env": "lightspeed.envs", "algo": "lightspeed.algorithms"}
-BUILTIN_MODULES = {"env": ("envs",), "algo": ("algorithms",)}
+BUILTIN_MODULES = {"env": ("lightspeed.envs",), "algo": ("lightspeed.algorithms",)}
 
 
 # What observations are, for an algorithm to say what it consumes and an env what it gives: "vector"

@@ -17,8 +17,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from framework.core.devices import to_devices, to_host
-from framework.core.errors import ConfigError
+from lightspeed.framework.core.devices import to_devices, to_host
+from lightspeed.framework.core.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
 

@@ -2,6 +2,7 @@
 learner): the run dir, Ctrl-C and SIGTERM, the log line, the summary, the run's closing lines."""
 import os
 import shlex
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -10,11 +11,11 @@ from typing import Any, Optional
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from framework.core.config import TrainConfig
-from framework.core.devices import is_writer
-from framework.core.errors import ConfigError, check_writable_dir
-from framework.run.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
-from framework.run.protocol import SOLVE_RULE
+from lightspeed.framework.core.config import TrainConfig
+from lightspeed.framework.core.devices import is_writer
+from lightspeed.framework.core.errors import ConfigError, check_writable_dir
+from lightspeed.framework.run.checkpoint import CHECKPOINT_DIR, Checkpointer, check_resumable, refuse_to_overwrite
+from lightspeed.framework.run.protocol import SOLVE_RULE
 
 
 def rate_name(counter: str) -> str:
@@ -103,7 +104,7 @@ def format_outputs(run_dir: Path) -> list[str]:
     listed = ", ".join(name + ("/" if entries[name].is_dir() else "") + notes.get(name, "") for name in order)
     where = shown_path(run_dir)
     return [f"outputs in {where}: {listed}",
-            f"play the saved policies: python -m framework.tools.evaluate {shlex.quote(where)}"]
+            f"play the saved policies: python -m lightspeed.framework.tools.evaluate {shlex.quote(where)}"]
 
 
 def learning_curve_title(algo_name: str, env: Any) -> str:
@@ -154,8 +155,11 @@ def open_run_dir(train_cfg: TrainConfig, cfg: DictConfig, run_dir: Path) -> Opti
     """Check the run dir against resume, write the resolved config; the checkpointer, if the run keeps any."""
     check_writable_dir(run_dir)
     keeps = train_cfg.checkpoint.every or train_cfg.resume
+    looked_in_new_folder = not (run_dir / CHECKPOINT_DIR).exists()
     checkpointer = Checkpointer(run_dir, train_cfg.checkpoint.keep) if keeps else None
     if train_cfg.resume and checkpointer.latest_step() is None:
+        if looked_in_new_folder:  # the checkpointer made it: a refused run leaves no folder
+            shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
         raise ConfigError("resume", True, "a run dir (hydra.run.dir) that holds a checkpoint",
                           f"none in {run_dir / CHECKPOINT_DIR}")
     if train_cfg.resume:

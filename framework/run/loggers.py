@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.core.config import LoggerConfig
+from lightspeed.framework.core.config import LoggerConfig
 
 
 def _jsonable(value: Any) -> Any:

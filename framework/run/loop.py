@@ -23,11 +23,11 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 from omegaconf import OmegaConf
 
-from framework.core.algorithm import Algorithm
-from framework.core.config import TrainConfig
-from framework.core.errors import ConfigError
-from framework.run.checkpoint import Checkpointer
-from framework.run.common import (
+from lightspeed.framework.core.algorithm import Algorithm
+from lightspeed.framework.core.config import TrainConfig
+from lightspeed.framework.core.errors import ConfigError
+from lightspeed.framework.run.checkpoint import Checkpointer
+from lightspeed.framework.run.common import (
     format_line,
     format_outputs,
     format_result,
@@ -35,11 +35,11 @@ from framework.run.common import (
     learning_curve_title,
     summarize,
 )
-from framework.run.loggers import Loggers, make_loggers
-from framework.run.plots import plot_learning_curve
-from framework.run.policy import save_policies
-from framework.run.progress import print_line
-from framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
+from lightspeed.framework.run.loggers import Loggers, make_loggers
+from lightspeed.framework.run.plots import plot_learning_curve
+from lightspeed.framework.run.policy import save_policies
+from lightspeed.framework.run.progress import print_line
+from lightspeed.framework.run.protocol import BestPolicies, EvaluationHistory, seed_results
 
 # the layout of what a checkpoint keeps beside the device state; 2: Progress, since framework/ was laid out by shape;
 # 3: the state of an algorithm written as parts (framework/anakin/compose.py), with actor states and keys in `act`;

@@ -7,7 +7,7 @@ Each file holds the policy's arrays (network parameters, a Q-table) and the fact
 the network and env around them (the resolved `algo` and `env` config, the observation shape and
 the number of actions, the run's seed), in Flax's msgpack encoding.
 
-    from framework.run.policy import load_policy
+    from lightspeed.framework.run.policy import load_policy
     policy = load_policy("runs/first", seed_index=0, which="final")
     action = policy(observation)          # one observation -> int; a batch [B, ...] -> [B] actions
 """
@@ -23,13 +23,13 @@ import numpy as np
 from flax import serialization
 from jax.sharding import Mesh, PartitionSpec
 
-from framework.core import registry
-from framework.core.algorithm import Algorithm
-from framework.core.devices import DEVICE_AXIS
-from framework.core.errors import ConfigError, check
-from framework.core.evaluation import HostEpisodesAct
-from framework.core.host_env import env_actions
-from framework.core.spaces import Discrete
+from lightspeed.framework.core import registry
+from lightspeed.framework.core.algorithm import Algorithm
+from lightspeed.framework.core.devices import DEVICE_AXIS
+from lightspeed.framework.core.errors import ConfigError, check
+from lightspeed.framework.core.evaluation import HostEpisodesAct
+from lightspeed.framework.core.host_env import env_actions
+from lightspeed.framework.core.spaces import Discrete
 
 POLICY_DIR = "policies"
 KINDS = ("final", "best")

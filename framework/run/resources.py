@@ -6,8 +6,8 @@ from typing import Any, Optional
 
 import jax
 
-from framework.core.algorithm import Memory
-from framework.core.errors import ConfigError
+from lightspeed.framework.core.algorithm import Memory
+from lightspeed.framework.core.errors import ConfigError
 
 GIB = 2**30
 

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.algorithm import ActorLearner, ActorStep, Algorithm
-from framework.core.devices import with_device_axis
-from framework.core.host_env import HostEnvError, derived_seed
-from framework.core.keys import rollout_draws, run_keys
-from framework.core.spaces import clip_actions
+from lightspeed.framework.core.algorithm import ActorLearner, ActorStep, Algorithm
+from lightspeed.framework.core.devices import with_device_axis
+from lightspeed.framework.core.host_env import HostEnvError, derived_seed
+from lightspeed.framework.core.keys import rollout_draws, run_keys
+from lightspeed.framework.core.spaces import clip_actions
 
 
 class HostPrograms(NamedTuple):

@@ -23,18 +23,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.core.algorithm import ActorLearner, Algorithm, Memory, check_parts
-from framework.core.config import TrainConfig
-from framework.core.errors import HostRunError, check
-from framework.core.evaluation import HostEpisodesAct
-from framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
-from framework.run.common import StopRequest, open_run_dir
-from framework.run.loop import RunLoop
-from framework.run.progress import ProgressBar, print_line
-from framework.run.protocol import BestPolicies
-from framework.run.resources import GIB, check_fits
-from framework.sebulba.actor import Actor, Meter, column_order, first_round_keys, host_programs
-from framework.sebulba.runtime import NOT_READY, BoundedQueue, ParameterStore, RateLimiter, RuntimeStopped, StopSignal
+from lightspeed.framework.core.algorithm import ActorLearner, Algorithm, Memory, check_parts
+from lightspeed.framework.core.config import TrainConfig
+from lightspeed.framework.core.errors import HostRunError, check
+from lightspeed.framework.core.evaluation import HostEpisodesAct
+from lightspeed.framework.core.host_env import SEED_SPACE, HostEnvError, derived_seed, host_evaluate
+from lightspeed.framework.run.common import StopRequest, open_run_dir
+from lightspeed.framework.run.loop import RunLoop
+from lightspeed.framework.run.progress import ProgressBar, print_line
+from lightspeed.framework.run.protocol import BestPolicies
+from lightspeed.framework.run.resources import GIB, check_fits
+from lightspeed.framework.sebulba.actor import Actor, Meter, column_order, first_round_keys, host_programs
+from lightspeed.framework.sebulba.runtime import (
+    NOT_READY,
+    BoundedQueue,
+    ParameterStore,
+    RateLimiter,
+    RuntimeStopped,
+    StopSignal,
+)
 
 
 def check_host_run(train: TrainConfig, parts: Optional[ActorLearner], algo_name: str) -> None:
@@ -173,7 +180,7 @@ class HostRun:
 
     def start_ray_slots(self, seeds: list[int]) -> None:
         """actors=ray: the cluster, a Ray actor process per slot (started at once), each slot opened in its own."""
-        from framework.sebulba.ray.actors import RayFleet, RaySlot
+        from lightspeed.framework.sebulba.ray.actors import RayFleet, RaySlot
 
         self.fleet = RayFleet(self.train, self.timeout)
         # on-policy: a slot asks for its next block only once the parameters it must act with are out

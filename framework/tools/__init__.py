@@ -1,2 +1,2 @@
-"""Tools over finished runs: `python -m framework.tools.evaluate RUN_DIR` plays saved policies,
-`python -m framework.tools.report PATH` aggregates runs."""
+"""Tools over finished runs: `python -m lightspeed.framework.tools.evaluate RUN_DIR` plays saved policies,
+`python -m lightspeed.framework.tools.report PATH` aggregates runs."""

@@ -1,4 +1,4 @@
-"""Play a run's saved policies: `python -m framework.tools.evaluate RUN_DIR [--which final|best]
+"""Play a run's saved policies: `python -m lightspeed.framework.tools.evaluate RUN_DIR [--which final|best]
 [--episodes N] [--seed N] [--gif PATH]`.
 
 Every seed's saved policy plays N greedy episodes of the run's own env (its saved env params), a
@@ -17,11 +17,11 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from framework.core.env import can_render
-from framework.core.errors import ConfigError, check, check_writable_dir
-from framework.core.evaluation import make_evaluate, make_record_episode
-from framework.core.keys import FINAL_EVALUATION, run_keys
-from framework.run.policy import KINDS, SavedPolicies, load_policies, products_as_the_run
+from lightspeed.framework.core.env import can_render
+from lightspeed.framework.core.errors import ConfigError, check, check_writable_dir
+from lightspeed.framework.core.evaluation import make_evaluate, make_record_episode
+from lightspeed.framework.core.keys import FINAL_EVALUATION, run_keys
+from lightspeed.framework.run.policy import KINDS, SavedPolicies, load_policies, products_as_the_run
 
 GIF_MAX_FPS = 25  # viewers slow down frames shorter than 20-40 ms: faster envs show every k-th step
 GIF_LAST_FRAME_MS = 1000
@@ -37,7 +37,8 @@ class OneParagraphParser(argparse.ArgumentParser):
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = OneParagraphParser(prog="python -m framework.tools.evaluate", description=__doc__.splitlines()[0])
+    parser = OneParagraphParser(prog="python -m lightspeed.framework.tools.evaluate",
+                                description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run dir written by run.py")
     parser.add_argument("--which", default="final", help="final (the policy the run ended with) or best")
     parser.add_argument("--episodes", type=int, default=100, help="greedy episodes per seed (default 100)")
@@ -60,13 +61,22 @@ def play(saved: SavedPolicies, episodes: int, seed: int) -> np.ndarray:
     """Every seed's returns [S, episodes], on the keys of the run's final evaluation for `seed`."""
     num_seeds = saved.meta["num_seeds"]
     if getattr(saved.env, "host", False):  # a gymnasium env: the final evaluation's episode seeds
-        from framework.sebulba.trainer import evaluation_seed, greedy_returns
+        from lightspeed.framework.sebulba.trainer import evaluation_seed, greedy_returns
 
         return greedy_returns(saved.env, saved.algorithm, saved.policies, num_seeds, episodes,
                               evaluation_seed(seed, num_seeds, -1))
     evaluate_one_seed = make_evaluate(saved.env, saved.env_params, saved.algorithm, episodes)
     keys = run_keys(np.uint32(seed), np.int32(FINAL_EVALUATION), num_seeds)[1]
     return np.asarray(jax.jit(jax.vmap(evaluate_one_seed))(saved.policies, keys))
+
+
+def evaluate(run_dir: Path | str, episodes: int = 100, which: str = "final", seed: Optional[int] = None) -> np.ndarray:
+    """Play a finished run's saved greedy policies: every seed's returns [seeds, episodes], on the keys (or episode
+    seeds) of the run's own final evaluation unless `seed` names another base."""
+    check(isinstance(episodes, int) and episodes >= 1, "episodes", episodes, "an integer >= 1")
+    saved = load_policies(Path(run_dir), which)
+    with products_as_the_run(saved.meta):
+        return play(saved, episodes, saved.meta["seed"] if seed is None else seed)
 
 
 def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tuple[float, int]:
@@ -91,10 +101,10 @@ def record_gif(saved: SavedPolicies, seed: int, episodes: int, path: Path) -> tu
 
 def record_host_gif(saved: SavedPolicies, seed: int, path: Path) -> tuple[float, int]:
     """A gymnasium env's frames (`rgb_array`) of seed 0's first final-evaluation episode: its seed, its actions."""
-    from framework.core.evaluation import HostEpisodesAct
-    from framework.core.host_env import EpisodeExploration, encode_observations, env_action
-    from framework.core.spaces import from_gymnasium
-    from framework.sebulba.trainer import evaluation_epsilon, evaluation_seed
+    from lightspeed.framework.core.evaluation import HostEpisodesAct
+    from lightspeed.framework.core.host_env import EpisodeExploration, encode_observations, env_action
+    from lightspeed.framework.core.spaces import from_gymnasium
+    from lightspeed.framework.sebulba.trainer import evaluation_epsilon, evaluation_seed
 
     try:
         env = saved.env.evaluation_env(render_mode="rgb_array")

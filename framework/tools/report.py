@@ -5,7 +5,7 @@ Runs are grouped into configurations (their Hydra overrides without seed=); ever
 vmapped or Hydra, counts as one seed. Prints the table and writes report.md and learning_curves.png
 into --output (default: PATH).
 
-    python -m framework.tools.report PATH [--output DIR]
+    python -m lightspeed.framework.tools.report PATH [--output DIR]
 """
 from __future__ import annotations
 
@@ -262,7 +262,8 @@ def shared_value(runs: Sequence[Run], key: str) -> set:
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m framework.tools.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lightspeed.framework.tools.report",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="a run dir, a multirun dir, or any folder holding run dirs")
     parser.add_argument("--output", type=Path, default=None,
                         help="where report.md and learning_curves.png go (default: PATH)")

@@ -22,11 +22,11 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import numpy as np
 
-from framework.core.errors import HostRunError
-from framework.core.host_env import derived_seed
-from framework.sebulba.actor import Actor, Meter, column_order, host_programs
-from framework.sebulba.ray.cluster import first_line
-from framework.sebulba.runtime import RuntimeStopped, RuntimeWaitTimeout
+from lightspeed.framework.core.errors import HostRunError
+from lightspeed.framework.core.host_env import derived_seed
+from lightspeed.framework.sebulba.actor import Actor, Meter, column_order, host_programs
+from lightspeed.framework.sebulba.ray.cluster import first_line
+from lightspeed.framework.sebulba.runtime import RuntimeStopped, RuntimeWaitTimeout
 
 # one XLA and one OpenMP thread per actor process: actors beside the learner leave its cores (and GPU) alone
 ACTOR_ENV_VARS = {"JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1",
@@ -49,9 +49,9 @@ class ActorProcess:
     """The body of a Ray actor process (wrapped by `ray.remote` in RayFleet): the envs of its slots."""
 
     def __init__(self, train: Any, driver_versions: dict):
-        from framework.core import registry
-        from framework.core.devices import use_compilation_cache, use_matmul_precision
-        from framework.sebulba.ray.cluster import versions
+        from lightspeed.framework.core import registry
+        from lightspeed.framework.core.devices import use_compilation_cache, use_matmul_precision
+        from lightspeed.framework.sebulba.ray.cluster import versions
 
         mine = versions()
         if mine != driver_versions:
@@ -105,7 +105,7 @@ class RayFleet:
     """The driver's side of the cluster: the Ray actor processes of a run and the parameters they act with."""
 
     def __init__(self, train: Any, timeout_s: float):
-        from framework.sebulba.ray.cluster import connect, versions
+        from lightspeed.framework.sebulba.ray.cluster import connect, versions
 
         self.train, self.config, self.timeout_s = train, train.ray, timeout_s
         self.ray, self.head = connect(self.config, self.config.start_timeout_s)

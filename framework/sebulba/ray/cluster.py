@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.core.config import RAY_PORT_KEYS, RayConfig
-from framework.core.errors import ConfigError, check
-from framework.sebulba.ray.reaper import GRACE_SECONDS, stop_session
+from lightspeed.framework.core.config import RAY_PORT_KEYS, RayConfig
+from lightspeed.framework.core.errors import ConfigError, check
+from lightspeed.framework.sebulba.ray.reaper import GRACE_SECONDS, stop_session
 
 TOKEN_NAME = "auth_token"
 MAX_TEMP_DIR = 40  # + Ray's session_<date>_<time>_<pid>/sockets/plasma_store stays under 107 bytes
