@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_python
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import lightspeed
@@ -129,3 +129,24 @@ def test_a_checkout_package_imported_by_its_old_name_first_is_not_a_second_copy(
         print("ok")
         """)
     assert result.returncode == 0 and result.stdout == "ok\n", result.stderr
+
+
+def test_a_gymnasium_id_the_settings_were_not_tuned_for_gets_the_algorithms_own_defaults():
+    """dqn_gymnasium.yaml is tuned for CartPole-v1: Acrobot-v1 gets DQNConfig's learning rate, and the first line
+    says why; naming the file applies it anyway."""
+    from lightspeed.algorithms.dqn import DQNConfig
+
+    def learning_rate(*overrides: str) -> float:
+        result = run_python("algo=dqn", "env=gymnasium", *overrides, "--cfg", "job")
+        assert result.returncode == 0, result.stderr
+        return float(next(line.split(":")[1] for line in result.stdout.splitlines()
+                          if line.startswith("  learning_rate:")))
+
+    assert learning_rate() == 0.01  # CartPole-v1: dqn_cartpole.yaml's
+    assert learning_rate("env.id=Acrobot-v1") == DQNConfig.learning_rate != 0.01
+    assert learning_rate("env.id=Acrobot-v1", "algo_env=dqn_gymnasium") == 0.01
+    result = run_cli("algo=dqn", "env=gymnasium", "env.id=Acrobot-v1", "total_env_steps=256", "eval_every=256",
+                     "algo.learning_starts=64", "final_eval_episodes=1", "eval_episodes=1")
+    assert result.stdout.splitlines()[0] == (
+        "settings: none (conf/algo_env/dqn_gymnasium.yaml is tuned for CartPole-v1, not Acrobot-v1: algo=dqn's own "
+        "defaults; algo_env=dqn_gymnasium applies it anyway)"), result.stdout + result.stderr

@@ -170,8 +170,11 @@ def test_ctrl_c_writes_a_checkpoint_and_the_summary_then_resume_finishes_identic
     assert summary["interrupted"] and summary["env_steps"] < 120000
     assert any(p.name.isdigit() for p in (interrupted / "checkpoints").iterdir())
 
+    newest = max(int(p.name) for p in (interrupted / "checkpoints").iterdir() if p.name.isdigit())
     result = run_cli(*overrides, "resume=true", run_dir=interrupted)
     assert result.returncode == 0, result.stderr
+    assert f"resumed at {newest:,} env steps of 120,000, from {interrupted / 'checkpoints' / str(newest)}" in (
+        result.stdout.splitlines())
     assert not json.loads((interrupted / "summary.json").read_text())["interrupted"]
     assert deterministic_metrics(interrupted) == deterministic_metrics(uninterrupted)
 

@@ -8,7 +8,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from lightspeed.framework.app.cli import check_composes, check_group_choices, check_output_dir, with_open_keys_added
+from lightspeed.framework.app.cli import (
+    check_group_choices,
+    check_output_dir,
+    composed,
+    untuned_settings,
+    with_open_keys_added,
+)
 from lightspeed.framework.core.config import register_schemas
 from lightspeed.framework.core.errors import ConfigError, PluginError, check
 
@@ -132,9 +138,11 @@ def train(algo: str = "apex", env: str = "cartpole", run_dir: Optional[Path | st
         register_schemas()
         check_group_choices(overrides)
         check_output_dir([f"hydra.run.dir={run_dir}"], multirun=False)
-        cfg = check_composes(overrides)
-        algo_env = None if "~algo_env" in overrides else settings.get("algo_env", f"{algo}_{env}")
-        summary = train_composed(cfg, run_dir, launch_time, None, algo_env)
+        cfg, choices = composed(overrides)
+        if note := untuned_settings(cfg, choices, overrides):  # tuned for other env ids: left out, as the CLI does
+            overrides.append("~algo_env")
+            cfg, choices = composed(overrides)
+        summary = train_composed(cfg, run_dir, launch_time, None, choices.get("algo_env"), note)
     except (ConfigError, PluginError):
         remove_refused_run_dir(run_dir)
         remove_empty_dirs(run_dir, existed)

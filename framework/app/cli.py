@@ -3,12 +3,12 @@ import difflib
 import string
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from lightspeed.framework.core import registry
@@ -78,12 +78,47 @@ def _plain(overrides: Sequence[str]) -> list[str]:
 
 def check_composes(overrides: Sequence[str]) -> DictConfig:
     """Compose the config once with the overrides (a single run; Hydra checks sweeps itself)."""
+    return composed(overrides)[0]
+
+
+def composed(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, Optional[str]]]:
+    """The config the overrides compose (without Hydra's own node) and the option chosen in each group."""
     try:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3", job_name="preflight"):
-            return compose("config", overrides=_plain(overrides))
+            cfg = compose("config", overrides=_plain(overrides), return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         check_keys_exist(overrides)  # a misspelt key: the known keys closest to it, not Hydra's "add it with +"
         raise ComposeError(_one_paragraph(error)) from None
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+# the line of a conf/algo_env file that names the env ids its settings were tuned for (none: every id of its env)
+TUNED_FOR = "# tuned for env.id: "
+
+
+def tuned_ids(algo_env: Optional[str]) -> list[str]:
+    """The env ids a conf/algo_env file says it was tuned for; [] where it does not say (or does not exist)."""
+    path = CONF_DIR / "algo_env" / f"{algo_env}.yaml"
+    if not algo_env or not path.is_file():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.startswith(TUNED_FOR)]
+    return [name.strip() for line in lines for name in line[len(TUNED_FOR):].split(",")]
+
+
+def untuned_settings(cfg: DictConfig, choices: dict, overrides: Sequence[str]) -> Optional[str]:
+    """Where the conf/algo_env file a run's algo and env pick was tuned for other env ids than the run's (and the
+    command line did not choose it by name): the run's first line, saying that the algorithm's own defaults apply
+    and how to apply the file anyway. The caller leaves the file out (~algo_env)."""
+    algo_env, env_id = choices.get("algo_env"), cfg.env.get("id")
+    ids = tuned_ids(algo_env)
+    chosen = any(override.partition("=")[0].lstrip("+") == "algo_env" for override in overrides)
+    if not ids or env_id in ids or chosen:
+        return None
+    return (f"settings: none (conf/algo_env/{algo_env}.yaml is tuned for {', '.join(ids)}, not {env_id}: "
+            f"algo={choices['algo']}'s own defaults; algo_env={algo_env} applies it anyway)")
 
 
 def flat_keys(node, prefix: str = "") -> list[str]:
@@ -162,6 +197,10 @@ def with_open_keys_added(argv: Sequence[str]) -> list[str]:
     return [f"++{arg}" if arg.startswith(OPEN_KEYS) and "=" in arg else arg for arg in argv]
 
 
+# preflight's note that it left out an algo_env file tuned for other env ids (the run's first line), or None
+SETTINGS_NOTE: Optional[str] = None
+
+
 def preflight(argv: Sequence[str]) -> list[str]:
     """Exit with status 2 and one paragraph on stderr when the overrides cannot make a config;
     the command line for Hydra, open keys marked as additions."""
@@ -171,7 +210,9 @@ def preflight(argv: Sequence[str]) -> list[str]:
     try:
         check_group_choices(overrides)
         if not multirun:
-            check_composes(overrides)
+            global SETTINGS_NOTE
+            SETTINGS_NOTE = untuned_settings(*composed(overrides), overrides)
+            argv = ["~algo_env", *argv] if SETTINGS_NOTE else argv  # before any flag (--cfg job)
         check_output_dir(overrides, multirun)
         check_resume_names_its_run(overrides, multirun)
     except (ConfigError, ComposeError) as error:

@@ -12,6 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from lightspeed.framework.app import cli
 from lightspeed.framework.app.cli import HELP_FLAGS, help_text, preflight
 from lightspeed.framework.core.config import CONF_DIR, register_schemas
 from lightspeed.framework.core.errors import ConfigError, HostRunError, PluginError, TrainingDiverged
@@ -75,7 +76,7 @@ def run_job(cfg: DictConfig) -> float | None:
     sweep_group = hydra_cfg.job.name + "-" + Path(hydra_cfg.sweep.dir).name if multirun else None
     try:
         summary = train(cfg, Path(hydra_cfg.runtime.output_dir), LAUNCH_TIME, sweep_group,
-                        hydra_cfg.runtime.choices.get("algo_env"))
+                        hydra_cfg.runtime.choices.get("algo_env"), cli.SETTINGS_NOTE)
     except (ConfigError, PluginError) as error:  # bad input, or a plugin's bug: found before compiling
         print(error, file=sys.stderr)
         remove_refused_run_dir(Path(hydra_cfg.runtime.output_dir))

@@ -106,6 +106,9 @@ class RunLoop:
         self.best.policies, self.ended.policies = policies["best"], policies["ended"]
         self.progress = Progress.from_saved(saved, step)
         self.history.load(saved["history"])
+        if self.writer:
+            print_line(f"resumed at {step:,} env steps of {self.train.total_env_steps:,}, from "
+                       f"{self.run_dir / 'checkpoints' / str(step)}")
         return state, saved["counters"]
 
     @contextlib.contextmanager
