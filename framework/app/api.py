@@ -10,13 +10,12 @@ import numpy as np
 
 from lightspeed.framework.app.cli import (
     check_group_choices,
-    check_output_dir,
     composed,
     untuned_settings,
     with_open_keys_added,
 )
 from lightspeed.framework.core.config import register_schemas
-from lightspeed.framework.core.errors import ConfigError, PluginError, check
+from lightspeed.framework.core.errors import ConfigError, PluginError, check, check_writable_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +136,7 @@ def train(algo: str = "apex", env: str = "cartpole", run_dir: Optional[Path | st
     try:
         register_schemas()
         check_group_choices(overrides)
-        check_output_dir([f"hydra.run.dir={run_dir}"], multirun=False)
+        check_writable_dir(run_dir, "run_dir")
         cfg, choices = composed(overrides)
         if note := untuned_settings(cfg, choices, overrides):  # tuned for other env ids: left out, as the CLI does
             overrides.append("~algo_env")

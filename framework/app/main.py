@@ -65,9 +65,8 @@ LAUNCH_TIME: Optional[float] = None  # set by main(): when the process started, 
 
 def run_job(cfg: DictConfig) -> float | None:
     """One Hydra job: train, report a failure as its paragraph and exit status, return the final return."""
-    from lightspeed.framework.app.train import (
-        train,  # JAX and the drivers: imported once the command line is known good
-    )
+    # JAX and the drivers: imported once the command line is known good
+    from lightspeed.framework.app.train import train
 
     for noisy in ("jax", "absl"):  # Hydra sets the root logger to INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from lightspeed.framework.core.algorithm import Algorithm
 from lightspeed.framework.core.config import TrainConfig
 from lightspeed.framework.core.errors import ConfigError
-from lightspeed.framework.run.checkpoint import Checkpointer
+from lightspeed.framework.run.checkpoint import CHECKPOINT_DIR, Checkpointer
 from lightspeed.framework.run.common import (
     format_line,
     format_outputs,
@@ -108,7 +108,7 @@ class RunLoop:
         self.history.load(saved["history"])
         if self.writer:
             print_line(f"resumed at {step:,} env steps of {self.train.total_env_steps:,}, from "
-                       f"{self.run_dir / 'checkpoints' / str(step)}")
+                       f"{self.run_dir / CHECKPOINT_DIR / str(step)}")
         return state, saved["counters"]
 
     @contextlib.contextmanager
