@@ -1,5 +1,6 @@
 """A run names its outputs: its last lines say where the run dir is and what it holds; its plot names the
 env id it shows; `framework.tools.evaluate --gif` draws an episode of the evaluation it prints."""
+import inspect
 import json
 import shlex
 import types
@@ -16,7 +17,7 @@ from lightspeed.framework.anakin.trainer import build
 from lightspeed.framework.core.config import validated
 from lightspeed.framework.core.evaluation import make_evaluate, make_record_episode
 from lightspeed.framework.run.common import format_outputs, learning_curve_title
-from lightspeed.framework.tools import evaluate
+from lightspeed.framework.tools import evaluate, report
 
 SHORT_DQN = ("algo=dqn", "env=cartpole", "num_seeds=2", "total_env_steps=4096", "log_every=2048", "eval_every=2048",
              "eval_episodes=2", "final_eval_episodes=8", "algo.learning_starts=500")
@@ -116,3 +117,12 @@ def test_the_first_line_names_the_algo_env_file_applied(short_run):
     """dqn on cartpole is retuned by conf/algo_env/dqn_cartpole.yaml: the run says so before anything else."""
     _, lines = short_run
     assert lines[0] == "settings: conf/algo_env/dqn_cartpole.yaml, DQN tuned for CartPole (~algo_env leaves them out)"
+
+
+@pytest.mark.parametrize("tool", [evaluate, report], ids=["evaluate", "report"])
+def test_a_tools_help_is_its_whole_docstring(tool, capsys):
+    """`--help` shows the module's docstring as written, not its first line cut mid-sentence."""
+    with pytest.raises(SystemExit) as exit_status:
+        tool.parse_args(["--help"])
+    assert exit_status.value.code == 0
+    assert inspect.cleandoc(tool.__doc__) in capsys.readouterr().out

@@ -1,5 +1,6 @@
-"""Play a run's saved policies: `python -m lightspeed.framework.tools.evaluate RUN_DIR [--which final|best]
-[--episodes N] [--seed N] [--gif PATH]`.
+"""Play a run's saved policies and print every seed's greedy returns.
+
+    python -m lightspeed.framework.tools.evaluate RUN_DIR [--which final|best] [--episodes N] [--seed N] [--gif PATH]
 
 Every seed's saved policy plays N greedy episodes of the run's own env (its saved env params), a
 table of their returns is printed and `evaluation.json` is written into the run dir. With the
@@ -22,23 +23,14 @@ from lightspeed.framework.core.errors import ConfigError, check, check_writable_
 from lightspeed.framework.core.evaluation import make_evaluate, make_record_episode
 from lightspeed.framework.core.keys import FINAL_EVALUATION, run_keys
 from lightspeed.framework.run.policy import KINDS, SavedPolicies, load_policies, products_as_the_run
+from lightspeed.framework.tools.command_line import OneParagraphParser
 
 GIF_MAX_FPS = 25  # viewers slow down frames shorter than 20-40 ms: faster envs show every k-th step
 GIF_LAST_FRAME_MS = 1000
 
 
-class OneParagraphParser(argparse.ArgumentParser):
-    """argparse's errors as this project's: one paragraph on stderr, exit status 2."""
-
-    def error(self, message: str) -> None:
-        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
-        print(f"Invalid command line: {message}. Usage: {usage}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = OneParagraphParser(prog="python -m lightspeed.framework.tools.evaluate",
-                                description=__doc__.splitlines()[0])
+    parser = OneParagraphParser("python -m lightspeed.framework.tools.evaluate", __doc__)
     parser.add_argument("run_dir", type=Path, help="a run dir written by run.py")
     parser.add_argument("--which", default="final", help="final (the policy the run ended with) or best")
     parser.add_argument("--episodes", type=int, default=100, help="greedy episodes per seed (default 100)")

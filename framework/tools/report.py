@@ -28,6 +28,8 @@ import yaml  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 from scipy.stats import trim_mean  # noqa: E402
 
+from lightspeed.framework.tools.command_line import OneParagraphParser  # noqa: E402
+
 RESAMPLES = 2000
 MISSING = "-"
 HEADERS = ["configuration", "runs", "seeds", "final mean", "final IQM [95% CI]", "best-policy IQM", "solved",
@@ -262,8 +264,7 @@ def shared_value(runs: Sequence[Run], key: str) -> set:
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lightspeed.framework.tools.report",
-                                     description=__doc__.splitlines()[0])
+    parser = OneParagraphParser("python -m lightspeed.framework.tools.report", __doc__)
     parser.add_argument("path", type=Path, help="a run dir, a multirun dir, or any folder holding run dirs")
     parser.add_argument("--output", type=Path, default=None,
                         help="where report.md and learning_curves.png go (default: PATH)")
