@@ -102,13 +102,22 @@ def test_the_python_api_example_runs_in_a_project_with_its_own_envs_package(inst
     assert json.loads((tmp_path / "runs" / "hallway" / "summary.json").read_text())["final_eval_return"] == 1.0
 
 
-def test_the_lightspeed_command_runs_from_another_folder(installed, tmp_path):
-    result = subprocess.run([installed / "bin" / "lightspeed", "algo=tabular_q", "env=gridworld", "num_seeds=2",
+def test_the_lightspeed_command_runs_a_projects_own_env_from_its_folder(installed, tmp_path):
+    """`lightspeed env=gymnasium env.id=envs.hallway:Hallway-v0` in a project folder whose envs/ package holds the env
+    (docs/python-api.md's): the console script finds the folder's modules, as `python -c` would."""
+    from test_docs import blocks_of
+
+    env_module = next(block for block in blocks_of(ROOT / "docs" / "python-api.md") if block.lang == "python")
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("")
+    (tmp_path / env_module.save).write_text(env_module.code)
+    result = subprocess.run([installed / "bin" / "lightspeed", "algo=dqn", "env=gymnasium", "algo_env=dqn_gymnasium",
+                             "env.id=envs.hallway:Hallway-v0", "total_env_steps=4000", "num_seeds=2",
                              "progress=false", "hydra.run.dir=here"], cwd=tmp_path, env=clean_env(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "here" / "summary.json").read_text())
-    assert summary["final_eval_return"] == 1.0  # both seeds reach the goal on every greedy episode
+    assert summary["final_eval_return"] == 1.0  # both seeds walk to the hallway's end on every greedy episode
     assert "python -m lightspeed.framework.tools.evaluate here" in result.stdout
     help_text = subprocess.run([installed / "bin" / "lightspeed", "--help"], cwd=tmp_path, env=clean_env(),
                                capture_output=True, text=True, timeout=60).stdout

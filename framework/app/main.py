@@ -2,6 +2,7 @@
 Hydra sees it, composes the config from conf/ (shipped with the package) and runs one job per composed config,
 turning each kind of failure into its one paragraph and exit status."""
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -101,10 +102,20 @@ def run_job(cfg: DictConfig) -> float | None:
     return summary["final_eval_return"]  # the mean over seeds of the final evaluation: what sweepers optimise
 
 
+def put_the_working_folder_on_the_path() -> None:
+    """A project's own modules import from the folder the command runs in, as under `python -c` and `python -m`
+    (`env.id=envs.my_env:My-v0`, a plugin's module): a console script's path starts at its bin/ folder instead.
+    Last on the path, so a folder's files never shadow an installed package."""
+    here = os.getcwd()
+    if not any(entry in ("", here) for entry in sys.path):
+        sys.path.append(here)
+
+
 def main(launch_time: Optional[float] = None) -> None:
     """Check the command line, then hand it to Hydra (which reads sys.argv itself)."""
     global LAUNCH_TIME
     LAUNCH_TIME = launch_time
+    put_the_working_folder_on_the_path()
     register_schemas()
     sys.argv[1:] = preflight(sys.argv[1:])
     if any(flag in sys.argv[1:] for flag in HELP_FLAGS):  # Hydra's own --help spends seconds listing its groups
