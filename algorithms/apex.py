@@ -51,35 +51,36 @@ class ApexConfig:
     with its best policy, 150k env steps at most (30/30 there).
     """
 
-    name: str = "apex"
-    num_actors: int = 8
-    envs_per_actor: int = 4
+    name: str = "apex"  # the registered name of the algorithm that algo=apex chooses
+    num_actors: int = 8  # actors per seed and device, each at its own rung of the epsilon ladder
+    envs_per_actor: int = 4  # envs each actor steps together
     rollout_length: int = 8  # steps of every env per iteration
     actor_epsilon: float = 0.5  # actor i explores with actor_epsilon^(1 + actor_alpha i / (num_actors - 1))
-    actor_alpha: float = 7.0
+    actor_alpha: float = 7.0  # the ladder's spread: the last actor explores with actor_epsilon^(1 + actor_alpha)
     actor_sync_period: int = 16  # learner updates between refreshes of the actors' parameters
-    n_step: int = 5
-    discount: float = 0.99
+    n_step: int = 5  # rewards summed in a transition's return before it bootstraps
+    discount: float = 0.99  # per-step discount (gamma)
     buffer_size: int = 100_000  # per device, as batch_size; as long as the default run
-    batch_size: int = 128
+    batch_size: int = 128  # transitions per learner update (per seed and device)
     learning_starts: int = 2_000  # transitions in replay before the learner starts
-    learner_updates_per_iteration: int = 16
-    learning_rate: float = 1e-2
+    learner_updates_per_iteration: int = 16  # learner updates per iteration (rollout_length steps of every env)
+    learning_rate: float = 1e-2  # Adam's step size, at the start of the decay
     # env steps (all learners') of a linear decay to lr_final_fraction * learning_rate; 0: constant.
     # The tuned schedule decays over the whole run: apex.yaml sets ${total_env_steps}; from Python,
     # this default is TrainConfig's 100k env steps (pass the run's length for another one).
     lr_decay_env_steps: int = 100_000
-    lr_final_fraction: float = 0.0
-    max_grad_norm: float = 40.0
-    priority_alpha: float = 0.6
-    beta_start: float = 0.4
+    lr_final_fraction: float = 0.0  # the learning rate at the decay's end, as a fraction of learning_rate
+    max_grad_norm: float = 40.0  # the gradient's global norm is clipped to this
+    priority_alpha: float = 0.6  # prioritised replay's exponent: items are sampled in proportion to priority^alpha
+    beta_start: float = 0.4  # importance-sampling exponent at the first update; it rises to 1 over beta_steps
     beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
-    target_update_period: int = 64
-    dueling: bool = True
-    double_q: bool = True
+    target_update_period: int = 64  # learner updates between copies of the online network into the target
+    dueling: bool = True  # dueling head: a value plus the advantages minus their mean
+    double_q: bool = True  # the online network picks the bootstrap action, the target network values it
+    # mlp torso: units of each Dense layer
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
-    layer_norm: bool = True
+    activation: str = "relu"  # relu, tanh, gelu, silu or elu
+    layer_norm: bool = True  # LayerNorm between each hidden Dense and its activation
     torso: Optional[str] = None  # mlp, conv or nature; null: nature for [H, W, C] images >= 36x36, conv for smaller
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer

@@ -67,42 +67,44 @@ class D4PGConfig:
     both nets (Acme 1e-4; TD3's and SAC's 3e-4 learns Pendulum's short runs faster), one batch per env step.
     """
 
-    name: str = "d4pg"
-    num_actors: int = 4
-    envs_per_actor: int = 1
+    name: str = "d4pg"  # the registered name of the algorithm that algo=d4pg chooses
+    num_actors: int = 4  # actors per seed, each at its own rung of the noise ladder (sigma_max down to sigma_min)
+    envs_per_actor: int = 1  # envs each actor steps together
     rollout_length: int = 4  # steps of every env per iteration
     # actor i's Gaussian noise (in half ranges) is sigma_max * (sigma_min / sigma_max)^(i / (num_actors - 1)): the
     # continuous twin of Ape-X's epsilon ladder (from Acme's single sigma 0.3 down to a nearly greedy actor)
     sigma_max: float = 0.3
-    sigma_min: float = 0.05
+    sigma_min: float = 0.05  # the last actor's noise sigma (in half ranges)
     # gaussian: independent at each step (Acme's); ou: x' = x - ou_theta x ou_dt + sigma sqrt(ou_dt) N(0, 1), kept in
     # the actor state and zeroed at episode starts (SB3's OrnsteinUhlenbeckActionNoise, theta 0.15, dt 0.01: rl-zoo's
     # TD3 on MountainCarContinuous), whose stationary deviation is about sigma / sqrt(2 ou_theta)
     noise: str = "gaussian"
-    ou_theta: float = 0.15
-    ou_dt: float = 0.01
+    ou_theta: float = 0.15  # noise=ou: the process's pull back towards 0
+    ou_dt: float = 0.01  # noise=ou: the process's time step
     actor_sync_period: int = 1  # learner updates between refreshes of the actors' parameters
-    n_step: int = 5
-    discount: float = 0.99
+    n_step: int = 5  # rewards summed in a transition's return before it bootstraps
+    discount: float = 0.99  # per-step discount (gamma)
     distributional: bool = True  # false: Ape-X DPG's critic, one value trained on the squared TD error
-    num_atoms: int = 51
+    num_atoms: int = 51  # distributional critic: atoms of its return distribution, from v_min to v_max
     v_min: float = -150.0  # the support of the critic's return distribution (Acme's control suite values)
-    v_max: float = 150.0
+    v_max: float = 150.0  # the support's upper end
     buffer_size: int = 100_000  # as batch_size, per seed
-    batch_size: int = 256
+    batch_size: int = 256  # transitions per learner update
     learning_starts: int = 1_000  # transitions in replay before the learner starts
     learner_updates_per_iteration: int = 16  # one batch per env step at the defaults (4 envs x 4 steps)
-    policy_learning_rate: float = 3e-4
-    critic_learning_rate: float = 3e-4
+    policy_learning_rate: float = 3e-4  # the policy's Adam step size, at the start of the decay
+    critic_learning_rate: float = 3e-4  # the critic's Adam step size, at the start of the decay
     lr_decay_env_steps: int = 0  # env steps of a linear decay to lr_final_fraction of both rates; 0: constant
-    lr_final_fraction: float = 0.0
-    max_grad_norm: float = 40.0
-    priority_alpha: float = 0.6
-    beta_start: float = 0.4
+    lr_final_fraction: float = 0.0  # both learning rates at the decay's end, as a fraction of their start
+    max_grad_norm: float = 40.0  # each network's gradient is clipped to this global norm
+    priority_alpha: float = 0.6  # prioritised replay's exponent: items are sampled in proportion to priority^alpha
+    beta_start: float = 0.4  # importance-sampling exponent at the first update; it rises to 1 over beta_steps
     beta_steps: int = 20_000  # learner updates over which beta rises linearly to 1
     target_update_period: int = 100  # learner updates between hard target copies (with tau 1)
     tau: float = 1.0  # < 1: Polyak averaging at every update instead (TD3's 0.005)
+    # the policy's hidden layers: Dense, LayerNorm and tanh first, then Dense and ELU
     policy_hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    # the critic's hidden layers (as the policy's), over the observation and the action
     critic_hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
 
     def validate(self) -> None:

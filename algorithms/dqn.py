@@ -33,32 +33,33 @@ class DQNConfig:
     seed=0/1/2.
     """
 
-    name: str = "dqn"
-    num_envs: int = 8
-    buffer_size: int = 50_000
-    batch_size: int = 128
+    name: str = "dqn"  # the registered name of the algorithm that algo=dqn chooses
+    num_envs: int = 8  # envs per seed, stepped together
+    buffer_size: int = 50_000  # replay capacity in n-step transitions, per seed
+    batch_size: int = 128  # transitions per gradient step
     learning_starts: int = 1_000  # env steps before the first gradient step
     train_every: int = 256  # env steps (over all envs) between training rounds; a multiple of num_envs
-    updates_per_train: int = 16
-    learning_rate: float = 3e-3
+    updates_per_train: int = 16  # gradient steps (batches) per training round
+    learning_rate: float = 3e-3  # Adam's step size, at the start of the decay
     lr_decay_env_steps: int = 0  # env steps of a linear decay to lr_final_fraction * learning_rate; 0: constant
-    lr_final_fraction: float = 0.0
-    max_grad_norm: float = 10.0
-    discount: float = 0.99
-    n_step: int = 3
-    double_q: bool = True
-    dueling: bool = False
-    loss: str = "huber"
+    lr_final_fraction: float = 0.0  # the learning rate at the decay's end, as a fraction of learning_rate
+    max_grad_norm: float = 10.0  # the gradient's global norm is clipped to this
+    discount: float = 0.99  # per-step discount (gamma)
+    n_step: int = 3  # rewards summed in a transition's return before it bootstraps
+    double_q: bool = True  # the online network picks the bootstrap action, the target network values it
+    dueling: bool = False  # dueling head: a value plus the advantages minus their mean
+    loss: str = "huber"  # the TD error's loss: huber or mse
+    # mlp torso: units of each Dense layer
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
-    layer_norm: bool = False
+    activation: str = "relu"  # relu, tanh, gelu, silu or elu
+    layer_norm: bool = False  # LayerNorm between each hidden Dense and its activation
     torso: Optional[str] = None  # mlp, conv or nature; null: nature for [H, W, C] images >= 36x36, conv for smaller
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer
     target_update_period: int = 64  # gradient steps between hard target copies (tau = 1)
     tau: float = 1.0  # < 1: Polyak averaging at every gradient step instead
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.04
+    epsilon_start: float = 1.0  # exploration epsilon at env step 0, the same for every env
+    epsilon_end: float = 0.04  # epsilon after epsilon_decay_steps, kept to the end of training
     epsilon_decay_steps: int = 8_000  # env steps of the linear decay
     # host envs: learner updates between refreshes of the actors' parameters (the single program acts with
     # the newest every round; a host actor takes a published copy, so 1 keeps them as close as the runtime can)

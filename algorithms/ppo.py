@@ -49,12 +49,12 @@ class PPOConfig:
     ppo.py shares. conf/algo_env/ppo_<env>.yaml retunes a few keys for one env (rl-zoo's settings for
     continuous control: observation normalisation and reward scaling)."""
 
-    name: str = "ppo"
+    name: str = "ppo"  # the registered name of the algorithm that algo=ppo chooses
     num_envs: int = 4  # a seed's envs
     rollout_length: int = 128  # steps of every env per block (PureJaxRL's num_steps)
     update_epochs: int = 4  # passes over each block
     num_minibatches: int = 4  # per pass; each holds num_envs x rollout_length / num_minibatches steps
-    discount: float = 0.99
+    discount: float = 0.99  # per-step discount (gamma) of the returns and advantages
     gae_lambda: float = 0.95  # GAE's lambda: 0 one-step TD advantages, 1 Monte Carlo returns
     clip_eps: float = 0.2  # the ratio's clip range (and the value's, with clip_value)
     clip_value: bool = True  # the value loss clipped around the acting value by clip_eps (PureJaxRL, CleanRL)

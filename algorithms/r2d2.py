@@ -61,9 +61,9 @@ class R2D2Config:
     """R2D2's keys. Defaults are the paper's (P: Kapturowski et al. 2019, table 2) or Acme's R2D2Config (A) where
     the paper is silent; sizes for small envs are in conf/algo_env/r2d2_<env>.yaml, with their evidence."""
 
-    name: str = "r2d2"
+    name: str = "r2d2"  # the registered name of the algorithm that algo=r2d2 chooses
     num_actors: int = 8  # P: 256 actors; 8 x 4 envs fit a laptop and still span the ladder
-    envs_per_actor: int = 4
+    envs_per_actor: int = 4  # envs each actor steps together
     rollout_length: int = 40  # steps of every env per iteration: a multiple of sequence_period
     actor_epsilon: float = 0.4  # P (Ape-X's ladder): actor i explores with 0.4^(1 + 7 i / (num_actors - 1))
     actor_alpha: float = 7.0  # P
@@ -81,7 +81,7 @@ class R2D2Config:
     learning_starts: int = 256  # sequences in replay before the learner starts
     learning_rate: float = 1e-4  # P (Adam)
     lr_decay_env_steps: int = 0  # env steps of a linear decay to lr_final_fraction * learning_rate; 0: constant
-    lr_final_fraction: float = 0.0
+    lr_final_fraction: float = 0.0  # the learning rate at the decay's end, as a fraction of learning_rate
     max_grad_norm: float = 80.0  # A
     priority_exponent: float = 0.9  # P
     importance_exponent: float = 0.6  # P
@@ -91,8 +91,8 @@ class R2D2Config:
     hidden_sizes: list[int] = dataclasses.field(default_factory=lambda: [512])  # P: the torso's dense layer
     dueling: bool = True  # P
     double_q: bool = True  # P
-    activation: str = "relu"
-    layer_norm: bool = False
+    activation: str = "relu"  # relu, tanh, gelu, silu or elu
+    layer_norm: bool = False  # LayerNorm between each hidden Dense and its activation
     torso: Optional[str] = None  # mlp, conv or nature; null: nature for [H, W, C] images >= 36x36, conv for smaller
     conv_channels: list[int] = dataclasses.field(default_factory=lambda: [16])  # conv torso: 3x3 filters per layer
     conv_dense: int = 128  # conv torso: units of its dense layer

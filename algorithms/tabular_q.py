@@ -26,13 +26,13 @@ from lightspeed.framework.core.registry import register_algorithm
 class TabularQConfig:
     """Tabular Q-learning's keys and their defaults: what `algo=tabular_q` runs."""
 
-    name: str = "tabular_q"
+    name: str = "tabular_q"  # the registered name of the algorithm that algo=tabular_q chooses
     num_agents: int = 30  # independent learners, each with its own table and env (the seed article's 30 in parallel)
     steps_per_update: int = 32  # steps per agent per update; their random numbers come in one draw
-    learning_rate: float = 0.1
-    discount: float = 0.9
-    epsilon: float = 0.1
-    initial_q: float = 0.0
+    learning_rate: float = 0.1  # step size (alpha) of each Q-table update
+    discount: float = 0.9  # per-step discount (gamma)
+    epsilon: float = 0.1  # chance of a random action while training (evaluation acts greedily)
+    initial_q: float = 0.0  # every Q-table entry at the start
 
     def validate(self) -> None:
         check_positive_int("algo.num_agents", self.num_agents)

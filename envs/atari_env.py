@@ -49,7 +49,7 @@ ENGINE_SEEDS = 2**31 - MAX_VECTOR_ENVS  # the engine takes int32 seeds, env i of
 
 @dataclasses.dataclass
 class AtariConfig:
-    name: str = "atari"
+    name: str = "atari"  # the registered name of the env that env=atari chooses
     id: str = "Pong"  # the game, as in gymnasium's ALE/<id>-v5: Pong, Breakout, SpaceInvaders, MsPacman, ...
     # Machado et al.'s sticky actions: each frame repeats the previous action with this chance (their protocol:
     # 0.25); 0 (default): deterministic emulation, the DQN papers' setting with no-op starts
@@ -61,7 +61,7 @@ class AtariConfig:
     # training only: clip rewards to their sign and end a transition where a life is lost (the raw score and
     # whole games stay what evaluation and the logged episode returns count)
     clip_rewards: bool = True
-    life_loss_terminal: bool = True
+    life_loss_terminal: bool = True  # training only: a lost life ends the transition (no bootstrap); the game goes on
     # evaluation acts epsilon-greedily (the DQN papers' 0.001-0.05): a greedy policy can stall a game forever
     eval_epsilon: float = 0.001
     num_threads: int = 0  # the engine's own C++ threads per vector env (0: as many as it sees cores)

@@ -19,7 +19,7 @@ from lightspeed.framework.core.registry import register_env
 
 @dataclasses.dataclass
 class CartPoleConfig:
-    name: str = "cartpole"
+    name: str = "cartpole"  # the registered name of the env that env=cartpole chooses
     # Episodes are truncated (not terminated) after this many steps.
     max_steps: int = 500
     # full: (x, x_dot, theta, theta_dot); position: (x, theta) only, the velocities hidden (a memory task: a policy

@@ -32,10 +32,12 @@ ACTION_MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
 
 @dataclasses.dataclass
 class GridWorldConfig:
-    name: str = "gridworld"
-    height: int = 8
-    width: int = 12
+    name: str = "gridworld"  # the registered name of the env that env=gridworld chooses
+    height: int = 8  # rows of the grid
+    width: int = 12  # columns of the grid
+    # [row, col] where every episode starts (unless random_start)
     start: list[int] = dataclasses.field(default_factory=lambda: [7, 11])
+    # [row, col] whose entry gives reward 1 and ends the episode
     goal: list[int] = dataclasses.field(default_factory=lambda: [0, 0])
     # Cells [row, col] that cannot be entered.
     walls: list[list[int]] = dataclasses.field(default_factory=list)

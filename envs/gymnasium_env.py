@@ -42,7 +42,7 @@ from lightspeed.framework.core.spaces import from_gymnasium
 
 @dataclasses.dataclass
 class GymnasiumConfig:
-    name: str = "gymnasium"
+    name: str = "gymnasium"  # the registered name of the env that env=gymnasium chooses
     id: str = "CartPole-v1"  # a registered gymnasium id, or module:Id to import the module that registers it
     # keyword arguments of the env's constructor (gymnasium.make(id, **kwargs))
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -30,7 +30,7 @@ BOOLEAN_OBSERVATIONS = "-MinAtar"
 
 @dataclasses.dataclass
 class GymnaxConfig:
-    name: str = "gymnax"
+    name: str = "gymnax"  # the registered name of the env that env=gymnax (and env=minatar) chooses
     id: str = "CartPole-v1"  # a gymnax id: gymnax.registered_envs (the algorithm says which action kinds it takes)
     # the ids this env option takes (a glob): env=minatar, with MinAtar's own run settings, "*-MinAtar"
     id_pattern: str = "*"

@@ -368,6 +368,27 @@ def test_a_fields_comment_is_its_description():
     assert comments == {"spread": "the line above and the one above that and its own"}
 
 
+def test_every_key_has_a_description():
+    """Every row of the generated key tables has a description: each config field carries a comment."""
+    header = "| key | type | default | description |"
+    keys, empty, section, in_table = 0, [], "", False
+    for line in gen_config.render().splitlines():
+        if line.startswith("### "):
+            section = line[4:]
+        if line == header:
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and line.startswith("| `"):
+            cells = re.split(r"(?<!\\)\|", line)[1:-1]  # a description's own `|` is escaped
+            assert len(cells) == 4, line
+            keys += 1
+            if not cells[-1].strip():
+                empty.append(f"{cells[0].strip()} ({section})")
+    assert keys > 100, "no key tables found in gen_config.render()"
+    assert not empty, f"keys whose field has no comment: {', '.join(empty)}"
+
+
 def configuration_table() -> dict[str, str]:
     """The `key | default | meaning` rows of the configuration page's "The keys most runs touch"."""
     text = (ROOT / "docs" / "configuration.md").read_text()

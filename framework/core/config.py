@@ -42,11 +42,11 @@ MATMUL_PRECISIONS = ("default", "high", "highest")  # jax_default_matmul_precisi
 class LoggerConfig:
     """`console` (progress + metrics.jsonl), plus Weights & Biases (`wandb`) or TensorBoard (`tensorboard`)."""
 
-    name: str = "console"
-    wandb: bool = False
-    tensorboard: bool = False
-    project: str = "lightspeed"
-    entity: Optional[str] = None
+    name: str = "console"  # the logger=... option chosen; the sinks are the ones wandb and tensorboard turn on
+    wandb: bool = False  # also log to Weights & Biases (project, entity, group, mode, init_timeout)
+    tensorboard: bool = False  # also write TensorBoard event files to <run dir>/tensorboard (needs tensorboardX)
+    project: str = "lightspeed"  # the W&B project the runs are logged to
+    entity: Optional[str] = None  # the W&B user or team that owns the project (null: the API key's default)
     group: Optional[str] = None  # defaults to the sweep's name under multirun
     mode: str = "auto"  # auto: online with WANDB_API_KEY, offline without
     init_timeout: int = 30  # seconds an online init may take before the run falls back to offline
@@ -118,7 +118,7 @@ class RayConfig:
     # null: start a local head (ports below, a per-run token); auto or host:port: join a running cluster
     address: Optional[str] = None
     num_actors: int = 2  # actor slots, each a Ray actor process with num_envs / num_actors of every seed's envs
-    num_cpus_per_actor: float = 1.0
+    num_cpus_per_actor: float = 1.0  # CPUs Ray reserves for each actor process (a node must offer them to host it)
     actor_resources: Dict[str, float] = dataclasses.field(default_factory=dict)  # custom resources each actor asks for
     blocks_in_flight: int = 2  # blocks asked of an actor ahead of the learner (free mode; lockstep: 1)
     max_restarts: int = 3  # times an actor slot is reopened (a dead process replaced, or moved off a lost node)
@@ -129,19 +129,19 @@ class RayConfig:
     num_cpus: Optional[int] = None  # the local head's CPUs (null: the machine's)
     node_ip_address: str = "127.0.0.1"  # the local head's address (Ray still binds most listeners to every interface)
     temp_dir: Optional[str] = None  # the local head's session dir (null: a short dir under /tmp; sockets live there)
-    dashboard: bool = False
+    dashboard: bool = False  # a local head also starts Ray's dashboard (on node_ip_address:dashboard_port)
     port: int = 46379  # GCS: the cluster's address
     node_manager_port: int = 46380  # raylet
-    object_manager_port: int = 46381
-    runtime_env_agent_port: int = 46382
-    dashboard_agent_grpc_port: int = 46383
-    dashboard_agent_listen_port: int = 46384
-    metrics_export_port: int = 46385
+    object_manager_port: int = 46381  # object manager (raylet): objects between nodes
+    runtime_env_agent_port: int = 46382  # runtime-env agent: the actors' environment variables
+    dashboard_agent_grpc_port: int = 46383  # dashboard agent, gRPC (pinned; not started: no metrics collection)
+    dashboard_agent_listen_port: int = 46384  # dashboard agent, HTTP (pinned; not started: no metrics collection)
+    metrics_export_port: int = 46385  # metrics export (pinned; not started: no metrics collection)
     client_server_port: int = 46386  # Ray Client (ray://)
     dashboard_port: int = 46387  # only with dashboard=true
     autoscaler_metric_port: int = 46388  # the head's autoscaler monitor (Ray's AUTOSCALER_METRIC_PORT)
     min_worker_port: int = 46400  # every worker process (actors and the driver) listens on one port of this range
-    max_worker_port: int = 46499
+    max_worker_port: int = 46499  # the worker ports' last one (at least min_worker_port + 2 num_actors + 4)
 
     def validate(self) -> None:
         check(self.address is None or self.address == "auto" or is_host_port(self.address), "ray.address",
@@ -171,10 +171,10 @@ class RayConfig:
 class DistributedConfig:
     """Several processes (hosts) joined by `jax.distributed.initialize`; one process: nothing to do."""
 
-    name: str = "auto"
+    name: str = "auto"  # the distributed=... option chosen (auto: the LIGHTSPEED_* variables; local: one process)
     coordinator_address: Optional[str] = None  # host:port of process 0, reachable from every process
-    num_processes: int = 1
-    process_id: int = 0
+    num_processes: int = 1  # processes (hosts) in the cluster, one jax.distributed process each; 1: none to join
+    process_id: int = 0  # this process's index, 0 .. num_processes - 1 (process 0 coordinates and writes the run dir)
     initialization_timeout: int = 120  # seconds to wait for every process to join
     # where process 0's coordination service (unauthenticated gRPC) listens; null: the coordinator
     # address itself, so 127.0.0.1:PORT stays on loopback. 0.0.0.0:PORT listens on every interface.
@@ -205,7 +205,7 @@ class TrainConfig:
     env: Any = MISSING
     logger: LoggerConfig = MISSING
     distributed: DistributedConfig = MISSING
-    seed: int = 0
+    seed: int = 0  # root of every random key (0 .. 2**32 - 1); each of the num_seeds seeds derives its own from it
     num_seeds: int = 1  # independent runs vmapped in one program
     num_devices: Optional[int] = None  # devices to run on (null: all that JAX sees, on every process)
     total_env_steps: int = 100_000  # per seed, over all of its envs
@@ -216,7 +216,7 @@ class TrainConfig:
     target_return: Optional[float] = None
     solve_window: int = 3  # consecutive periodic evaluations >= target_return that make a seed solved
     log_every: int = 10_000  # env steps between log lines (and metrics.jsonl records)
-    progress: bool = True
+    progress: bool = True  # draw the progress bar (on a terminal only, and by process 0)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
     actors: str = "threads"  # host envs: actor threads in this process, or actor processes on Ray (ray.*)
