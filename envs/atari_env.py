@@ -49,6 +49,9 @@ ENGINE_SEEDS = 2**31 - MAX_VECTOR_ENVS  # the engine takes int32 seeds, env i of
 
 @dataclasses.dataclass
 class AtariConfig:
+    """Atari 2600 games through the Arcade Learning Environment: the DQN paper's frames (84 x 84 grey, 4 stacked),
+    sticky actions as a key."""
+
     name: str = "atari"  # the registered name of the env that env=atari chooses
     id: str = "Pong"  # the game, as in gymnasium's ALE/<id>-v5: Pong, Breakout, SpaceInvaders, MsPacman, ...
     # Machado et al.'s sticky actions: each frame repeats the previous action with this chance (their protocol:

@@ -42,6 +42,8 @@ from lightspeed.framework.core.spaces import from_gymnasium
 
 @dataclasses.dataclass
 class GymnasiumConfig:
+    """Any gymnasium env with Discrete or Box actions, made by `gymnasium.make(id, **kwargs)` and stepped in Python."""
+
     name: str = "gymnasium"  # the registered name of the env that env=gymnasium chooses
     id: str = "CartPole-v1"  # a registered gymnasium id, or module:Id to import the module that registers it
     # keyword arguments of the env's constructor (gymnasium.make(id, **kwargs))

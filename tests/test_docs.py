@@ -368,6 +368,25 @@ def test_a_fields_comment_is_its_description():
     assert comments == {"spread": "the line above and the one above that and its own"}
 
 
+def test_the_groups_table_lists_every_option_of_conf_and_the_registry():
+    """configuration.md's Groups table names every file of conf/'s groups and every built-in algorithm and env, the
+    ones registered without a file (env=gymnasium, env=atari) included, with a description each."""
+    from lightspeed.framework.core.config import CONF_DIR
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    table = page[page.index(gen_config.GROUPS_BEGIN):page.index(gen_config.GROUPS_END)]
+    rows = {tuple(cell.strip() for cell in line.split(" | ")[:2]): line.rsplit(" | ", 1)[1]
+            for line in table.splitlines() if line.startswith("| `")}
+    expected = {(f"| `{path.parent.name}/`", f"`{'+sweep=' if path.parent.name == 'sweep' else ''}{path.stem}`")
+                for group in gen_config.GROUPS for path in (CONF_DIR / group).glob("*.yaml")}
+    expected |= {(f"| `{kind}/`", f"`{name}`") for kind in ("algo", "env") for name, _ in gen_config.builtin(kind)}
+    listed = {(group, option.split(" (")[0]) for group, option in rows}
+    assert expected <= listed, expected - listed
+    assert ("| `algo/`", "`apex` (default)") in rows and ("| `algo_env/`", "`dqn_gymnasium` (tuned for env.id "
+                                                          "CartPole-v1)") in rows
+    assert all(len(description.strip(" |")) > 10 for description in rows.values()), rows
+
+
 def test_every_key_has_a_description():
     """Every row of the generated key tables has a description: each config field carries a comment."""
     header = "| key | type | default | description |"
