@@ -8,8 +8,9 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 IMPORT_NAMES = {"stable-baselines3": "stable_baselines3", "hydra-optuna-sweeper": "hydra_plugins.hydra_optuna_sweeper",
-                "tensorboardX": "tensorboardX", "lightspeed": "framework", "pytest-xdist": "xdist",
-                "opencv-python-headless": "cv2", "mkdocs-material": "material"}
+                "tensorboardX": "tensorboardX", "lightspeed": "lightspeed", "pytest-xdist": "xdist",
+                "opencv-python-headless": "cv2", "mkdocs-material": "material",
+                "griffelib": "griffe"}
 
 
 def requirements(extra: str, extras: dict) -> list[Requirement]:

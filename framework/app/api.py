@@ -113,7 +113,7 @@ def new_run_dir() -> Path:
 
 def train(algo: str = "apex", env: str = "cartpole", run_dir: Optional[Path | str] = None, **settings: Any) -> Run:
     """Train `algo` on `env` as `python run.py algo=ALGO env=ENV key=value ...` does: the same config groups
-    (conf/algo_env's tuned settings included), checks and outputs, in `run_dir` (default: outputs/<date>/<time>).
+    (conf/algo_env's tuned settings included), checks and outputs, in `run_dir` (default: `outputs/<date>/<time>`).
 
         run = lightspeed.train("ppo", "cartpole", num_seeds=10, total_env_steps=200_000)
         run = lightspeed.train("dqn", "gymnasium", **{"env.id": "Acrobot-v1", "algo.learning_rate": 1e-3})

@@ -92,6 +92,12 @@ class ActorLearner(NamedTuple):
 
 
 class Algorithm(NamedTuple):
+    """What an algorithm's registered factory, `factory(config, env, env_params) -> Algorithm`, returns: pure
+    functions of one seed's state, closed over config and env; the trainer owns seeds, devices, env-step counting,
+    evaluation, logging and early stopping. `init`, `update`, `policy`, `act` and `env_steps_per_update` are
+    required (the first three may be None where `actor_learner` gives the parts); the rest have defaults. Checked
+    when it is built and once its functions are traced, before anything compiles (a PluginError otherwise)."""
+
     # key -> the training state of one seed; the trainer vmaps it over seeds.
     init: Optional[Callable[[jax.Array], Any]]
     # One training iteration (act, step the envs, learn); jittable, no host work. None (with `init` and
@@ -116,7 +122,7 @@ class Algorithm(NamedTuple):
     # True: one learner per device averaging gradients with framework.core.devices.mean_over_devices;
     # init and update then run inside the device axis (framework.core.devices.device_index works).
     parallel_learners: bool = False
-    # Cumulative metrics (e.g. "learner/updates") the trainer also logs as "<name>_per_second".
+    # Cumulative metrics (e.g. "learner/updates") the trainer also logs as `"<name>_per_second"`.
     counters: tuple[str, ...] = ()
     # Metrics that must stay finite (loss, Q-values) once the metric `learner_steps` is > 0:
     # before learning starts they may be NaN ("not yet"). Checked per seed with `nan_policy`.

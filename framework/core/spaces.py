@@ -18,6 +18,8 @@ DISCRETE, BOX = "discrete", "box"  # the kinds an algorithm declares it acts in
 
 @dataclasses.dataclass(frozen=True)
 class Discrete:
+    """One of `n` integer actions, `start` .. `start + n - 1`."""
+
     n: int
     start: int = 0
 
@@ -33,6 +35,9 @@ class Discrete:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Box:
+    """An array of `shape`, each entry within [`low`, `high`] (its bounds may be infinite; `low` and `high`
+    broadcast to `shape`)."""
+
     low: np.ndarray
     high: np.ndarray
     shape: tuple[int, ...]

@@ -200,6 +200,8 @@ class LoadedPolicy:
         self._starting = True
 
     def __call__(self, observation: Any, start: Any = None) -> Any:
+        """The action for one observation, or [B] actions for a batch [B, ...]; `start` (a bool, or [B] bools):
+        where an episode begins (default: at the first call and the first after `reset()`)."""
         batch = np.asarray(observation, dtype=self.observation_dtype)
         single = batch.shape == self.observation_shape
         batch = batch[None] if single else batch
