@@ -182,10 +182,10 @@ def test_variants_learn_deterministically(overrides):
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (("algo=dqn", "env=cartpole"), (64, 0.01, 64, 10, 100000)),  # conf/algo_env/dqn_cartpole.yaml on top of dqn.yaml
+    (("algo=dqn", "env=cartpole"), (64, 0.01, 64, 10, 150000)),  # conf/algo_env/dqn_cartpole.yaml on top of dqn.yaml
     (("algo=dqn", "env=gridworld"), (128, 0.003, 64, 3, 0)),  # no dqn_gridworld: dqn.yaml alone
     (("algo=dqn", "env=cartpole", "~algo_env"), (128, 0.003, 64, 3, 0)),  # the specialisation left out
-    (("algo=dqn", "env=cartpole", "algo.batch_size=48"), (48, 0.01, 64, 10, 100000)),  # the command line still wins
+    (("algo=dqn", "env=cartpole", "algo.batch_size=48"), (48, 0.01, 64, 10, 150000)),  # the command line still wins
     (("algo=dqn", "env=cartpole", "total_env_steps=30000"), (64, 0.01, 64, 10, 30000)),  # the decay follows the run
 ])
 def test_cartpole_gets_dqn_settings_of_its_own(overrides, expected):

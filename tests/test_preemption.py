@@ -12,7 +12,9 @@ from conftest import ROOT, run_cli, start_python
 
 # long enough to be still training when the signal comes, small enough to resume to the end in seconds
 # (30 chunks of 2048 env steps: DQN's updates step 128 envs); no periodic checkpoints: the signal must write one
-RUN = ("algo=dqn", "env=cartpole", "total_env_steps=61440", "log_every=2048", "eval_every=4096", "eval_episodes=2",
+# no early stop (dqn_cartpole.yaml ends a solved seed): the run goes to total_env_steps
+RUN = ("algo=dqn", "env=cartpole", "target_return=null",
+       "total_env_steps=61440", "log_every=2048", "eval_every=4096", "eval_episodes=2",
        "final_eval_episodes=4", "algo.learning_starts=500", "checkpoint.every=0")
 
 

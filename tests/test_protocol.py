@@ -137,7 +137,8 @@ def test_best_policies_take_only_the_improved_seeds(seed_axis):
     assert best.policies["b"].swapaxes(0, seed_axis).reshape(3, -1).mean(axis=1).tolist() == [1.0, 0.0, 1.0]
 
 
-SHORT_DQN = ("algo=dqn", "env=cartpole", "num_seeds=2", "seed=3", "total_env_steps=16384", "eval_every=2048",
+SHORT_DQN = ("algo=dqn", "env=cartpole", "target_return=null",
+             "num_seeds=2", "seed=3", "total_env_steps=16384", "eval_every=2048",
              "log_every=2048", "eval_episodes=4", "final_eval_episodes=6", "algo.learning_starts=500")
 
 

@@ -116,7 +116,7 @@ def test_the_path_before_the_layout_by_shape_still_evaluates(short_run):
 def test_the_first_line_names_the_algo_env_file_applied(short_run):
     """dqn on cartpole is retuned by conf/algo_env/dqn_cartpole.yaml: the run says so before anything else."""
     _, lines = short_run
-    assert lines[0] == "settings: conf/algo_env/dqn_cartpole.yaml, DQN tuned for CartPole (~algo_env leaves them out)"
+    assert lines[0] == "settings: conf/algo_env/dqn_cartpole.yaml, DQN on CartPole (~algo_env leaves them out)"
 
 
 @pytest.mark.parametrize("tool", [evaluate, report], ids=["evaluate", "report"])
