@@ -229,11 +229,12 @@ def chosen_by_default(conf_dir: Path) -> dict[str, str]:
 def what_it_takes(kind: str, name: str) -> str:
     """A registered algorithm's actions and observations, or whether an env is stepped on the host."""
     from lightspeed.framework.core import registry
+    from lightspeed.framework.core.spaces import BOX
 
     entry = registry.lookup(kind, name)
     if kind == "env":
         return "a host env (actor threads or Ray actors)" if entry.host else "a JAX env (the single program)"
-    actions = " and ".join("`Box`" if kind == "box" else "`Discrete`" for kind in entry.acts)
+    actions = " and ".join("`Box`" if acts == BOX else "`Discrete`" for acts in entry.acts)
     return f"{actions} actions, {' or '.join(entry.consumes)} observations"
 
 
